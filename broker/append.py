@@ -1,0 +1,392 @@
+"""The broker's append state machine (Gazette's append FSM).
+
+An append resolves its journal's primary, acquires the replica's pipeline,
+synchronizes the peers' spools, checks its preconditions (registers, offsets,
+suspension), streams content through the pipeline and commits it; peers
+acknowledge before the client is answered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aetcd import rpc
+
+from broker.errors import AppendError, PipelineError
+from broker.fragment import sha1sum_from_digest, spec_equal
+from broker.keyspace import item_key, txn
+from broker.pipeline import Pipeline, routes_equivalent, same_id
+from broker.protocol import labels, pb
+from broker.replica import Replica, maybe_roll_fragment
+from broker.resolver import Resolution
+from broker.state import BrokerState
+
+log = logging.getLogger(__name__)
+
+AS = pb.AppendRequest
+LEVEL = pb.JournalSpec.Suspend
+# How long an append waits for etcd to reflect a change it made (resume, assignment update).
+SETTLE_TIMEOUT = 10.0
+DAY = 86400
+
+
+class RouteChanged(Exception):
+    """A peer reported a newer route: re-resolve at `revision`."""
+
+    def __init__(self, revision: int) -> None:
+        super().__init__(f"route changed at revision {revision}")
+        self.revision = revision
+
+
+def writable(spec: pb.JournalSpec) -> bool:
+    return spec.flags in (pb.JournalSpec.NOT_SPECIFIED, pb.JournalSpec.O_RDWR, pb.JournalSpec.O_WRONLY)
+
+
+def readable(spec: pb.JournalSpec) -> bool:
+    return spec.flags in (pb.JournalSpec.NOT_SPECIFIED, pb.JournalSpec.O_RDWR, pb.JournalSpec.O_RDONLY)
+
+
+class Append:
+    """One Append RPC on the primary. Use `prepare()`, then `stream()` when `ready`."""
+
+    def __init__(self, state: BrokerState, req: pb.AppendRequest) -> None:
+        self.state = state
+        self.req = req
+        self.resolution: Resolution | None = None
+        self.replica: Replica | None = None
+        self.pipeline: Pipeline | None = None
+        self.response: pb.AppendResponse | None = None  # Set when the append ends early with a status.
+        self.proxy: Resolution | None = None  # Set when another broker is the primary.
+        self.roll_to = 0
+        self._min_revision = req.min_etcd_revision
+
+    @property
+    def journal(self) -> str:
+        return self.req.journal
+
+    # --- Resolve through ValidatePreconditions ---------------------------------------------
+
+    async def prepare(self) -> None:
+        """Run the FSM up to streaming content, or to a final status or a proxy decision."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while True:
+            res = await self.state.resolver.resolve(
+                self.journal,
+                may_proxy=not self.req.do_not_proxy,
+                require_primary=True,
+                min_etcd_revision=self._min_revision,
+                proxy_header=self.req.header if self.req.HasField("header") else None,
+            )
+            self.resolution = res
+            if res.status == pb.SUSPENDED and self.req.suspend == AS.SUSPEND_RESUME:
+                assert res.spec is not None
+                await self._write_suspend(res, LEVEL.NONE, res.spec.suspend.offset)
+                continue
+            if res.status == pb.NO_JOURNAL_PRIMARY_BROKER and time.monotonic() < deadline:
+                # A resumed or new journal awaits the allocator: give it a moment.
+                await self.state.keyspace.wait_for_change()
+                continue
+            if res.status != pb.OK:
+                self._finish(res.status, res.header)
+                return
+            if not same_id(res.header.process_id, self.state.resolver.local_id):
+                self.proxy = res
+                return
+            assert res.replica is not None and res.spec is not None
+            replica = res.replica
+            await replica.lock.acquire()
+            try:
+                retry = await self._with_pipeline(res, replica)
+            except BaseException:
+                replica.lock.release()
+                raise
+            if retry:
+                replica.lock.release()
+                continue
+            if self.response is not None:
+                replica.lock.release()
+            return
+
+    async def _with_pipeline(self, res: Resolution, replica: Replica) -> bool:
+        """Acquire and sync the pipeline, then check preconditions. Returns whether to re-resolve."""
+        assert res.spec is not None
+        pipeline = replica.pipeline
+        if pipeline is None or pipeline.broken or not routes_equivalent(pipeline.route, res.route):
+            replica.pipeline = None
+            if pipeline is not None:
+                await pipeline.close()
+            pipeline = Pipeline(replica.spool, res.header, self.state.dialer)
+            pipeline.open()
+            replica.pipeline = pipeline
+            try:
+                await self._sync(pipeline, replica)
+            except RouteChanged as exc:
+                await self._drop_pipeline(replica)
+                self._min_revision = exc.revision
+                return True
+        self.pipeline = pipeline
+        self.replica = replica
+
+        if await self._update_assignments(res):
+            return True
+        desired = self.state.desired_replication(res.spec)
+        members = len(res.route.members)
+        if members > desired:
+            await self.state.keyspace.wait_for_revision(self.state.keyspace.revision + 1)
+            return True
+        if members < desired:
+            self._finish(pb.INSUFFICIENT_JOURNAL_BROKERS, res.header)
+            return False
+        return await self._validate_preconditions(res, replica, pipeline)
+
+    async def _sync(self, pipeline: Pipeline, replica: Replica) -> None:
+        """Bring every peer's spool to agreement with ours, rolling forward to the furthest peer."""
+        registers = replica.spool.registers
+        while True:
+            proposal = maybe_roll_fragment(replica.spool, self.roll_to, replica.spec.fragment)
+            local = await pipeline.scatter(
+                pb.ReplicateRequest(proposal=proposal, registers=registers, acknowledge=True)
+            )
+            if local.status != pb.OK:
+                raise PipelineError(f"local spool rejected proposal: {local}", self.journal)
+            ours = replica.spool.fragment.end
+            roll_to = 0
+            for member, reply in await pipeline.gather():
+                if reply.status == pb.OK:
+                    continue
+                if reply.status == pb.PROPOSAL_MISMATCH and reply.fragment.end > ours:
+                    if reply.fragment.end > roll_to:
+                        roll_to, registers = reply.fragment.end, reply.registers
+                elif (
+                    reply.status == pb.PROPOSAL_MISMATCH
+                    and reply.fragment.end == ours
+                    and reply.fragment.begin == reply.fragment.end
+                ):
+                    roll_to = max(roll_to, ours)
+                elif reply.status == pb.WRONG_ROUTE and reply.header.etcd.revision > self._header_revision():
+                    raise RouteChanged(reply.header.etcd.revision)
+                else:
+                    raise PipelineError(
+                        f"peer {member.suffix} replied {pb.Status.Name(reply.status)} to sync", self.journal
+                    )
+            if roll_to == 0:
+                return
+            self.roll_to = roll_to
+
+    def _header_revision(self) -> int:
+        return self.resolution.header.etcd.revision if self.resolution else 0
+
+    async def _drop_pipeline(self, replica: Replica) -> None:
+        pipeline, replica.pipeline = replica.pipeline, None
+        if pipeline is not None:
+            await pipeline.close()
+
+    async def _update_assignments(self, res: Resolution) -> bool:
+        """Advertise the route in every assignment value (so the allocator may move on)."""
+        keyspace = self.state.keyspace
+        route = pb.Route(members=res.route.members, primary=res.route.primary)
+        assignments = keyspace.assignments(self.journal)
+        stale = [a for a in assignments if a.route != route]
+        if not stale:
+            return False
+        value = route.SerializeToString()
+        ok, revision = await txn(
+            self.state.etcd,
+            [
+                rpc.Compare(
+                    key=a.key.encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                    mod_revision=a.mod_revision,
+                )
+                for a in assignments
+            ],
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=a.key.encode(), value=value, ignore_lease=True))
+             for a in stale],
+            [],
+        )
+        await keyspace.wait_for_revision(revision)
+        return True
+
+    async def _write_suspend(self, res: Resolution, level: int, offset: int) -> None:
+        """Write the journal's suspension state, guarded by the spec's and assignments' revisions."""
+        assert res.spec is not None
+        spec = pb.JournalSpec()
+        spec.CopyFrom(res.spec)
+        spec.suspend.level = level  # type: ignore[assignment]
+        spec.suspend.offset = offset
+        keyspace = self.state.keyspace
+        key = item_key(self.state.root, self.journal).encode()
+        compares = [rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                                mod_revision=res.mod_revision)]
+        compares += [
+            rpc.Compare(key=a.key.encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                        mod_revision=a.mod_revision)
+            for a in keyspace.assignments(self.journal)
+        ]
+        _ok, revision = await txn(
+            self.state.etcd, compares,
+            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=spec.SerializeToString()))], [],
+        )
+        # Whether or not we won the race, re-resolve once the mirror has caught up.
+        await keyspace.wait_for_revision(revision)
+        self._min_revision = max(self._min_revision, revision)
+
+    async def _validate_preconditions(self, res: Resolution, replica: Replica, pipeline: Pipeline) -> bool:
+        assert res.spec is not None
+        spec = res.spec
+        await replica.index.first_refresh.wait()
+        spool = replica.spool
+        _, index_end, last_mod_time = replica.index.summary()
+        max_offset = max(spool.fragment.end, index_end)
+        flush = spec.fragment.flush_interval.seconds or DAY
+        index_dirty = last_mod_time == 0 or last_mod_time > time.time() - flush
+
+        req = self.req
+        if (
+            req.HasField("check_registers")
+            and len(spool.registers.labels) != 0
+            and not labels.matches(req.check_registers, spool.registers)
+        ):
+            self._finish(pb.REGISTER_MISMATCH, res.header)
+            assert self.response is not None
+            self.response.registers.CopyFrom(spool.registers)
+            return False
+        if spool.fragment.end < spec.suspend.offset:
+            self.roll_to = spec.suspend.offset
+            await self._sync(pipeline, replica)
+            return await self._validate_preconditions(res, replica, pipeline)
+        if spool.fragment.end != max_offset and req.offset == 0 and writable(spec):
+            self._finish(pb.INDEX_HAS_GREATER_OFFSET, res.header)
+            return False
+        if req.offset != 0 and req.offset != max_offset:
+            self._finish(pb.WRONG_APPEND_OFFSET, res.header)
+            return False
+        if req.offset != 0 and spool.fragment.end != max_offset:
+            self.roll_to = max_offset
+            await self._sync(pipeline, replica)
+            return await self._validate_preconditions(res, replica, pipeline)
+
+        level = spec.suspend.level
+        end = spool.fragment.end
+        index_begin, index_end2, _ = replica.index.summary()
+        if req.suspend == AS.SUSPEND_RESUME and level != LEVEL.NONE:
+            await self._write_suspend(res, LEVEL.NONE, end)
+            return True
+        if req.suspend == AS.SUSPEND_NO_RESUME and level != LEVEL.NONE:
+            self._finish(pb.SUSPENDED, res.header)
+            return False
+        if req.suspend in (AS.SUSPEND_IF_FLUSHED, AS.SUSPEND_NOW):
+            if level != LEVEL.FULL and index_begin == max(index_end2, end):
+                await self._write_suspend(res, LEVEL.FULL, end)
+                return True
+            if level == LEVEL.NONE and (not index_dirty or req.suspend == AS.SUSPEND_NOW):
+                self.roll_to = end
+                await self._sync(pipeline, replica)
+                await self._write_suspend(res, LEVEL.PARTIAL, end)
+                return True
+            if level == LEVEL.PARTIAL:
+                self._finish(pb.SUSPENDED, res.header)
+                return False
+
+        # The journal's very first fragment is closed at once so that it persists promptly.
+        if spool.fragment.begin == index_begin:
+            self.roll_to = spool.fragment.end
+        return False
+
+    # --- StreamContent and ReadAcknowledgements ---------------------------------------------
+
+    async def stream(self, chunks: AsyncIterator[bytes]) -> pb.AppendResponse:
+        """Stream the client's content through the pipeline and commit it. Releases the pipeline."""
+        assert self.replica is not None and self.pipeline is not None and self.resolution is not None
+        replica, pipeline, res = self.replica, self.pipeline, self.resolution
+        assert res.spec is not None
+        spool = replica.spool
+        req = self.req
+        total = total_chunks = delayed_chunks = 0
+        digest = hashlib.sha1()
+        begin = spool.fragment.end
+        committed = False
+        try:
+            roll = maybe_roll_fragment(spool, self.roll_to, replica.spec.fragment)
+            if not spec_equal(roll, spool.fragment.spec):
+                await pipeline.scatter(
+                    pb.ReplicateRequest(proposal=roll, registers=spool.registers, acknowledge=False)
+                )
+                begin = spool.fragment.end
+            bucket = self.state.bucket(res.spec)
+            async for content in chunks:
+                if not writable(res.spec) or req.suspend in (
+                    AS.SUSPEND_IF_FLUSHED, AS.SUSPEND_NOW, AS.SUSPEND_KEEP
+                ):
+                    await self._rollback()
+                    committed = True  # Rolled back already.
+                    self._finish(pb.NOT_ALLOWED, res.header)
+                    assert self.response is not None
+                    return self.response
+                total_chunks += 1
+                if await bucket.take(len(content)):
+                    delayed_chunks += 1
+                await pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
+                digest.update(content)
+                total += len(content)
+
+            modifies = bool(req.union_registers.labels or req.subtract_registers.labels)
+            if modifies and total == 0:
+                raise AppendError("register modification requires non-empty Append", self.journal)
+            registers = spool.registers
+            if modifies:
+                registers = labels.union(
+                    req.union_registers, labels.subtract(spool.registers, req.subtract_registers)
+                )
+            await pipeline.scatter(
+                pb.ReplicateRequest(proposal=spool.next(), registers=registers, acknowledge=True)
+            )
+            await pipeline.gather_ok()
+            committed = True
+        except BaseException:
+            if not committed:
+                await self._rollback()
+            raise
+        finally:
+            replica.lock.release()
+
+        commit = pb.Fragment(
+            journal=self.journal,
+            begin=begin,
+            end=begin + total,
+            sum=sha1sum_from_digest(digest.digest()),
+            compression_codec=spool.fragment.spec.compression_codec,
+        )
+        return pb.AppendResponse(
+            status=pb.OK,
+            header=res.header,
+            commit=commit,
+            registers=spool.registers,
+            total_chunks=total_chunks,
+            delayed_chunks=delayed_chunks,
+        )
+
+    async def _rollback(self) -> None:
+        """Discard uncommitted content everywhere; a broken pipeline is torn down instead."""
+        replica, pipeline = self.replica, self.pipeline
+        assert replica is not None and pipeline is not None
+        if pipeline.broken is None:
+            try:
+                await pipeline.scatter(
+                    pb.ReplicateRequest(
+                        proposal=replica.spool.fragment.spec, registers=replica.spool.registers,
+                        acknowledge=True,
+                    )
+                )
+                await pipeline.gather_ok()
+                return
+            except PipelineError:
+                pass
+        if replica.pipeline is pipeline:
+            replica.pipeline = None
+        await pipeline.close()
+
+    def _finish(self, status: int, header: pb.Header) -> None:
+        self.response = pb.AppendResponse(status=status, header=header)  # type: ignore[arg-type]

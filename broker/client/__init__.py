@@ -1,0 +1,1 @@
+"""Client library of the broker (see the client library issue)."""

@@ -1,0 +1,171 @@
+"""Spool: a replica's transactional state of the fragment it is writing (section 5.5).
+
+Content is written and hashed as it arrives; a proposal then commits it, rolls it back, or
+rolls the spool to a new empty fragment. Primary and replicas apply the same messages, so a
+pipeline stays in agreement on the fragment, its SHA-1 and the journal's registers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from broker.fragment.errors import ContentDeltaError
+from broker.fragment.fragment import Fragment, SpoolFile, spec_equal
+from broker.fragment.sums import sha1sum_from_digest
+from broker.protocol import pb
+
+
+class SpoolObserver(Protocol):
+    """Told of a spool's commits and completions."""
+
+    def on_commit(self, f: Fragment) -> None:
+        """`f`, the spool's fragment grown by a commit, is readable: add it to the index."""
+
+    def on_complete(self, f: Fragment) -> None:
+        """`f`, a rolled spool's final fragment, must be persisted.
+
+        During the call the spool's `first_append_time` and `registers` still describe `f`.
+        """
+
+
+class Spool:
+    """The fragment a replica is writing: the last commit plus uncommitted content.
+
+    `fragment` is the last committed Fragment (a new object per commit, sharing one spool file);
+    `delta` counts the uncommitted bytes written after it. A running SHA-1 covers the whole
+    fragment plus the delta, and a copy saved at each commit restores it on rollback.
+    """
+
+    def __init__(
+        self,
+        journal: str,
+        observer: SpoolObserver,
+        directory: str | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.journal = journal
+        self.fragment = Fragment(pb.Fragment(journal=journal, compression_codec=pb.NONE, sum=pb.SHA1Sum()))
+        self.first_append_time: float | None = None
+        """Unix seconds of the fragment's first commit; None until then."""
+        self.registers = pb.LabelSet()
+        self.delta = 0
+        self._observer = observer
+        self._directory = directory
+        self._clock = clock
+        self._file: SpoolFile | None = None  # Created by the first content of the fragment.
+        self._summer = hashlib.sha1()  # Over [begin, end + delta).
+        self._committed_summer = hashlib.sha1()  # Over [begin, end).
+
+    @property
+    def begin(self) -> int:
+        """First offset of the spool's fragment."""
+        return self.fragment.begin
+
+    @property
+    def end(self) -> int:
+        """Committed end offset of the spool's fragment."""
+        return self.fragment.end
+
+    def apply(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+        """Apply a content or proposal message, returning the reply to a proposal.
+
+        Content gets an OK reply that callers do not send. A proposal that neither rolls, rolls
+        back nor commits gets PROPOSAL_MISMATCH with this spool's fragment and registers.
+        Raises ContentDeltaError for out-of-order content and SpoolIOError if the spool file
+        fails; the spool is unchanged then.
+        """
+        if req.HasField("proposal"):
+            return self._apply_proposal(req.proposal, req.registers)
+        self._apply_content(req.content_delta, req.content)
+        return pb.ReplicateResponse(status=pb.OK)
+
+    def next(self) -> pb.Fragment:
+        """Return the fragment a commit of the pending content would produce."""
+        f = pb.Fragment()
+        f.CopyFrom(self.fragment.spec)
+        f.end += self.delta
+        if f.begin == f.end:
+            f.sum.CopyFrom(pb.SHA1Sum())  # Empty fragments carry the zero sum, not SHA-1 of b"".
+        else:
+            f.sum.CopyFrom(sha1sum_from_digest(self._summer.digest()))
+        return f
+
+    def _apply_content(self, content_delta: int, content: bytes) -> None:
+        if content_delta != self.delta:
+            raise ContentDeltaError(
+                content_delta, self.delta, journal=self.journal, offset=self.fragment.end + self.delta
+            )
+        if not content:
+            return
+        if self._file is None:
+            self._file = SpoolFile(self._directory)
+        self._file.write_at(self.fragment.content_length + self.delta, content)
+        self._summer.update(content)
+        self.delta += len(content)
+
+    def _apply_proposal(self, proposal: pb.Fragment, registers: pb.LabelSet) -> pb.ReplicateResponse:
+        spec = self.fragment.spec
+        # Roll to a new empty fragment if the proposal is beyond anything we hold (a peer
+        # catching up, or recovery after a partial commit), or is an empty fragment at our
+        # exact end (the primary directing an explicit roll).
+        if proposal.end > spec.end + self.delta or (proposal.end == spec.end and proposal.begin == proposal.end):
+            self._roll(proposal, registers)
+            spec = self.fragment.spec
+
+        if spec_equal(spec, proposal) and self.registers == registers:
+            self.delta = 0
+            self._summer = self._committed_summer.copy()
+            return pb.ReplicateResponse(status=pb.OK)
+
+        if self.delta != 0 and spec_equal(self.next(), proposal):
+            self._commit(proposal, registers)
+            return pb.ReplicateResponse(status=pb.OK)
+
+        return pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH, fragment=_copy(spec), registers=_copy(self.registers))
+
+    def _roll(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
+        if self.fragment.content_length != 0:
+            self._observer.on_complete(self.fragment)
+        elif self._file is not None:
+            self._file.close()  # Only rolled-back content: no Fragment ever referenced it.
+        if proposal.end > self.fragment.end:
+            self.registers = _copy(registers)
+        self.fragment = Fragment(
+            pb.Fragment(
+                journal=self.journal,
+                begin=proposal.end,
+                end=proposal.end,
+                sum=pb.SHA1Sum(),
+                compression_codec=proposal.compression_codec,
+            )
+        )
+        self.first_append_time = None
+        self.delta = 0
+        self._file = None
+        self._summer = hashlib.sha1()
+        self._committed_summer = hashlib.sha1()
+
+    def _commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
+        self.fragment = Fragment(_copy(proposal), self._file)
+        if self.first_append_time is None:
+            self.first_append_time = self._clock()
+        self.registers = _copy(registers)
+        self.delta = 0
+        self._committed_summer = self._summer.copy()
+        self._observer.on_commit(self.fragment)
+
+    def __repr__(self) -> str:
+        return f"Spool({self.fragment!r}, delta={self.delta})"
+
+
+_M = TypeVar("_M", pb.Fragment, pb.LabelSet)
+
+
+def _copy(msg: _M) -> _M:
+    out = type(msg)()
+    out.CopyFrom(msg)
+    return out

@@ -1,0 +1,164 @@
+"""A member's lifecycle in etcd (protocol digest 10.2): announce under a lease, keep it alive,
+mark it exiting, release it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aetcd import rpc
+from aetcd.exceptions import ClientError
+
+from broker.keyspace.errors import AnnounceError, LeaseLostError
+from broker.keyspace.keyspace import (
+    compare_create,
+    compare_mod,
+    get_op,
+    member_key,
+    put_op,
+    txn,
+    txn_response,
+)
+from broker.protocol import pb
+
+LEASE_TTL = 20.0
+"""Seconds of the member's session lease (`--etcd.lease`)."""
+RETRY_INTERVAL = 10.0
+"""Seconds between announce attempts while the key is held under another lease."""
+
+_log = logging.getLogger(__name__)
+
+
+class Announcement:
+    """The member key `<root>/members/<zone>#<suffix>`, held under this process's lease."""
+
+    def __init__(
+        self,
+        client: Any,
+        root: str,
+        spec: pb.BrokerSpec,
+        *,
+        ttl: float = LEASE_TTL,
+        retry_interval: float = RETRY_INTERVAL,
+        on_lost: Callable[[], None] | None = None,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.client = client
+        self.spec = spec
+        self.key = member_key(root.rstrip("/"), spec.process_spec.id.zone, spec.process_spec.id.suffix)
+        # etcd leases have whole-second TTLs.
+        self.ttl = max(1, math.ceil(ttl))
+        self.retry_interval = retry_interval
+        self.on_lost = on_lost
+        self.log = log or _log
+        self.lease_id = 0
+        self.revision = 0
+        """Revision at which the member key was announced."""
+        self.lost = False
+        self._keepalive: asyncio.Task[None] | None = None
+
+    async def announce(self) -> int:
+        """Grant the lease (once), start its keepalive, then create the member key; return the revision."""
+        if not self.lease_id:
+            lease = await self.client.lease(self.ttl)
+            self.lease_id = lease.id
+            self._keepalive = asyncio.create_task(self._keep_alive(), name=f"lease-keepalive {self.key}")
+        value = self.spec.SerializeToString()
+        while True:
+            if self.lost:
+                raise LeaseLostError(f"lease {self.lease_id:x} lost while announcing {self.key}")
+            resp = await txn_response(
+                self.client,
+                [compare_create(self.key, 0)],
+                [put_op(self.key, value, lease=self.lease_id)],
+                [get_op(self.key)],
+            )
+            if resp.succeeded:
+                self.revision = resp.header.revision
+                break
+            kvs = resp.responses[0].response_range.kvs
+            if kvs and kvs[0].lease == self.lease_id:
+                # Already ours: announcing again is a no-op.
+                self.revision = kvs[0].mod_revision
+                break
+            held = f"{kvs[0].lease:x}" if kvs else "?"
+            self.log.warning(
+                "member key %s is held under another lease (%s), likely a previous process with the "
+                "same --broker.id; retrying in %gs",
+                self.key,
+                held,
+                self.retry_interval,
+            )
+            await asyncio.sleep(self.retry_interval)
+        self.log.info("announced %s under lease %x at revision %d", self.key, self.lease_id, self.revision)
+        return self.revision
+
+    async def _keep_alive(self) -> None:
+        last_ok = time.monotonic()
+        interval = self.ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                resp = await asyncio.wait_for(self.client.refresh_lease(self.lease_id), interval)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if time.monotonic() - last_ok < self.ttl:
+                    self.log.warning("refreshing lease %x failed: %s", self.lease_id, exc)
+                    continue
+                resp = None
+            if resp is None or resp.TTL <= 0:
+                self._lose()
+                return
+            last_ok = time.monotonic()
+
+    def _lose(self) -> None:
+        self.lost = True
+        self.log.error("lease %x of member %s is lost", self.lease_id, self.key)
+        if self.on_lost is not None:
+            self.on_lost()
+
+    async def set_exiting(self) -> int:
+        """Mark the member `exiting` (ModRevision-guarded, keeping its lease); return the revision."""
+        while True:
+            resp = await self.client.kvstub.Range(
+                rpc.RangeRequest(key=self.key.encode()),
+                timeout=self.client._timeout,
+                metadata=self.client.metadata,
+            )
+            if not resp.kvs or resp.kvs[0].lease != self.lease_id:
+                raise AnnounceError(f"member key {self.key} is no longer held under lease {self.lease_id:x}")
+            kv = resp.kvs[0]
+            spec = pb.BrokerSpec.FromString(kv.value)
+            spec.exiting = True
+            ok, revision = await txn(
+                self.client,
+                [compare_mod(self.key, kv.mod_revision)],
+                [put_op(self.key, spec.SerializeToString(), ignore_lease=True)],
+            )
+            if ok:
+                self.spec = spec
+                return revision
+
+    async def release(self) -> None:
+        """Stop the keepalive and revoke the lease, deleting the member key and its assignments."""
+        task, self._keepalive = self._keepalive, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        lease_id, self.lease_id = self.lease_id, 0
+        if not lease_id:
+            return
+        try:
+            await self.client.revoke_lease(lease_id)
+        except ClientError as exc:
+            # An expired lease has already removed everything it held.
+            if "not found" not in str(exc):
+                raise
+        self.log.info("released %s (lease %x)", self.key, lease_id)

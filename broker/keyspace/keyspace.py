@@ -1,0 +1,527 @@
+"""The local mirror of the etcd keyspace under the root: journal specs, members and assignments.
+
+Key layout (protocol digest 10.1), with `#` as the separator:
+
+    <root>/items/<journal>                        JournalSpec
+    <root>/members/<zone>#<suffix>                BrokerSpec, under the member's lease
+    <root>/assign/<journal>#<zone>#<suffix>#<slot>  Route, or empty; under the member's lease
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aetcd import rpc
+from aetcd.utils import prefix_range_end
+from google.protobuf.message import DecodeError
+
+from broker.keyspace.errors import KeyFormatError, KeySpaceClosedError
+from broker.protocol import pb
+
+DEFAULT_ROOT = "/gazette/cluster"
+WATCH_DELAY = 0.03
+"""Seconds watch events are gathered before being applied as one batch."""
+RANGE_PAGE = 1000
+"""Keys per Range page during load: keeps each response well under gRPC's message size limit."""
+SEP = "#"
+ITEMS = "/items/"
+MEMBERS = "/members/"
+ASSIGN = "/assign/"
+
+_log = logging.getLogger(__name__)
+
+
+def item_key(root: str, name: str) -> str:
+    """Key of a journal spec."""
+    return f"{root}{ITEMS}{name}"
+
+
+def member_key(root: str, zone: str, suffix: str) -> str:
+    """Key of a member (broker) spec."""
+    return f"{root}{MEMBERS}{zone}{SEP}{suffix}"
+
+
+def assignment_key(root: str, journal: str, zone: str, suffix: str, slot: int) -> str:
+    """Key of the assignment of `journal` to member (zone, suffix) at `slot`."""
+    return f"{root}{ASSIGN}{journal}{SEP}{zone}{SEP}{suffix}{SEP}{slot}"
+
+
+def assignments_prefix(root: str, journal: str) -> str:
+    """Prefix of every assignment key of `journal`."""
+    return f"{root}{ASSIGN}{journal}{SEP}"
+
+
+def parse_item_key(root: str, key: str) -> str:
+    """Journal name of an item key."""
+    name = _strip(root + ITEMS, key)
+    if not name:
+        raise KeyFormatError(f"item key {key!r} has no journal name")
+    return name
+
+
+def parse_member_key(root: str, key: str) -> tuple[str, str]:
+    """(zone, suffix) of a member key."""
+    parts = _strip(root + MEMBERS, key).split(SEP)
+    if len(parts) != 2 or not all(parts):
+        raise KeyFormatError(f"member key {key!r} is not <root>{MEMBERS}<zone>#<suffix>")
+    return parts[0], parts[1]
+
+
+def parse_assignment_key(root: str, key: str) -> tuple[str, str, str, int]:
+    """(journal, zone, suffix, slot) of an assignment key."""
+    parts = _strip(root + ASSIGN, key).split(SEP)
+    if len(parts) != 4 or not all(parts[:3]) or not parts[3].isdigit():
+        raise KeyFormatError(f"assignment key {key!r} is not <root>{ASSIGN}<journal>#<zone>#<suffix>#<slot>")
+    return parts[0], parts[1], parts[2], int(parts[3])
+
+
+def _strip(prefix: str, key: str) -> str:
+    if not key.startswith(prefix):
+        raise KeyFormatError(f"key {key!r} is not under {prefix!r}")
+    return key[len(prefix) :]
+
+
+@dataclass(frozen=True)
+class Item:
+    """A journal spec and the revisions of its key."""
+
+    spec: pb.JournalSpec
+    mod_revision: int
+    create_revision: int
+
+    @property
+    def name(self) -> str:
+        """The journal name."""
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Member:
+    """A broker's spec, its key, revisions and lease."""
+
+    spec: pb.BrokerSpec
+    key: str
+    mod_revision: int
+    create_revision: int
+    lease: int
+
+    @property
+    def zone(self) -> str:
+        """The member's zone."""
+        return self.spec.process_spec.id.zone
+
+    @property
+    def suffix(self) -> str:
+        """The member's suffix."""
+        return self.spec.process_spec.id.suffix
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A journal's assignment to a member slot; `route` is the value (primary=-1 when empty)."""
+
+    journal: str
+    zone: str
+    suffix: str
+    slot: int
+    route: pb.Route
+    key: str
+    mod_revision: int
+    create_revision: int
+    lease: int
+
+
+def derive_route(assignments: Sequence[Assignment]) -> pb.Route:
+    """The route implied by a journal's assignments: members by (zone, suffix), primary at slot 0."""
+    route = pb.Route(primary=-1)
+    for a in sorted(assignments, key=lambda a: (a.zone, a.suffix, a.slot)):
+        if a.slot == 0:
+            route.primary = len(route.members)
+        route.members.add(zone=a.zone, suffix=a.suffix)
+    return route
+
+
+def equivalent(a: pb.Route, b: pb.Route) -> bool:
+    """Whether two routes name the same members and primary, ignoring endpoints."""
+    return a.primary == b.primary and list(a.members) == list(b.members)
+
+
+def is_consistent_with(assignments: Sequence[Assignment]) -> list[bool]:
+    """Per assignment, whether its value equals the route derived from all of them."""
+    route = derive_route(assignments)
+    return [equivalent(a.route, route) for a in assignments]
+
+
+def decode_route(value: bytes) -> pb.Route:
+    """Parse an assignment value; empty means just created, with no primary."""
+    route = pb.Route()
+    if not value:
+        route.primary = -1
+        return route
+    route.ParseFromString(value)
+    return route
+
+
+Observer = Callable[[], None]
+
+
+class KeySpace:
+    """Mirror of everything under `root`, loaded with one Range and kept current by a prefix watch."""
+
+    def __init__(self, client: Any, root: str = DEFAULT_ROOT, *, watch_delay: float = WATCH_DELAY) -> None:
+        self.client = client
+        self.root = root.rstrip("/")
+        self.watch_delay = watch_delay
+        self.revision = 0
+        """Largest ModRevision applied under the root; initially the load's header revision."""
+        self.generation = 0
+        """Number of applied batches (load counts as one)."""
+        self.journals: dict[str, Item] = {}
+        self.members: dict[tuple[str, str], Member] = {}
+        self._assignments: dict[str, dict[tuple[str, str, int], Assignment]] = {}
+        self._cluster_id = 0
+        self._member_id = 0
+        self._raft_term = 0
+        self._changed = asyncio.Event()
+        self._observers: list[Observer] = []
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def etcd_header(self) -> pb.Header.Etcd:
+        """The etcd part of response headers, carrying this mirror's revision."""
+        return pb.Header.Etcd(
+            cluster_id=self._cluster_id,
+            member_id=self._member_id,
+            revision=self.revision,
+            raft_term=self._raft_term,
+        )
+
+    def assignments(self, journal: str) -> list[Assignment]:
+        """Assignments of `journal`, ascending by (zone, suffix, slot)."""
+        found = self._assignments.get(journal, {})
+        return [found[k] for k in sorted(found)]
+
+    def all_assignments(self) -> Iterator[Assignment]:
+        """Every assignment in the mirror, journals in name order."""
+        for journal in sorted(self._assignments):
+            yield from self.assignments(journal)
+
+    def assigned_journals(self) -> list[str]:
+        """Names of journals that have at least one assignment (they may lack a spec)."""
+        return sorted(self._assignments)
+
+    def route(self, journal: str, *, endpoints: bool = True) -> pb.Route:
+        """The journal's current route, with member endpoints unless `endpoints` is False."""
+        route = derive_route(self.assignments(journal))
+        if endpoints:
+            for m in route.members:
+                member = self.members.get((m.zone, m.suffix))
+                route.endpoints.append(member.spec.process_spec.endpoint if member else "")
+        return route
+
+    def is_consistent(self, journal: str) -> bool:
+        """Whether every assignment value of `journal` equals its derived route."""
+        return all(is_consistent_with(self.assignments(journal)))
+
+    # -- change notification --------------------------------------------------------------------
+
+    def add_observer(self, callback: Observer) -> Callable[[], None]:
+        """Call `callback` after each applied batch; returns a function that removes it."""
+        self._observers.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._observers.remove(callback)
+
+        return remove
+
+    async def wait_for_change(self, generation: int | None = None) -> int:
+        """Wait until a batch after `generation` (default: now) is applied; return the new generation."""
+        if generation is None:
+            generation = self.generation
+        while self.generation == generation:
+            if self._closed:
+                raise KeySpaceClosedError("keyspace mirror closed")
+            await self._changed.wait()
+        return self.generation
+
+    async def wait_for_revision(self, revision: int) -> None:
+        """Wait until the mirror has applied `revision`."""
+        while self.revision < revision:
+            await self.wait_for_change()
+
+    def _notify(self) -> None:
+        self.generation += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        for callback in list(self._observers):
+            try:
+                callback()
+            except Exception:
+                _log.exception("keyspace observer failed")
+
+    # -- loading and watching -------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Replace the mirror with a consistent Range of everything under the root."""
+        await self.client.connect()
+        prefix = (self.root + "/").encode()
+        end = prefix_range_end(prefix)
+        key, revision = prefix, 0
+        kvs: list[Any] = []
+        header: Any = None
+        while True:
+            resp = await self.client.kvstub.Range(
+                rpc.RangeRequest(key=key, range_end=end, revision=revision, limit=RANGE_PAGE),
+                timeout=self.client._timeout,
+                metadata=self.client.metadata,
+            )
+            if header is None:
+                header, revision = resp.header, resp.header.revision
+            kvs.extend(resp.kvs)
+            if not resp.more or not resp.kvs:
+                break
+            key = resp.kvs[-1].key + b"\0"
+        self.journals, self.members, self._assignments = {}, {}, {}
+        for kv in kvs:
+            self._put(kv)
+        self._set_header(header)
+        self.revision = header.revision
+        self._notify()
+
+    def watch(self) -> asyncio.Task[None]:
+        """Start the task applying watch events from revision+1 until `close`."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch_loop(), name=f"keyspace-watch {self.root}")
+        return self._task
+
+    async def close(self) -> None:
+        """Stop watching and release waiters with KeySpaceClosedError."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._changed.set()
+
+    async def _watch_loop(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._watch_from(self.revision + 1)
+            except asyncio.CancelledError:
+                raise
+            except _Compacted as exc:
+                _log.warning("keyspace watch compacted at %d; reloading", exc.revision)
+                await self._reload()
+                delay = 0.1
+                continue
+            except Exception as exc:
+                _log.warning("keyspace watch failed (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _reload(self) -> None:
+        while True:
+            try:
+                await self.load()
+                return
+            except Exception as exc:
+                _log.warning("keyspace reload failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+
+    async def _watch_from(self, start_revision: int) -> None:
+        await self.client.connect()
+        prefix = (self.root + "/").encode()
+        create = rpc.WatchRequest(
+            create_request=rpc.WatchCreateRequest(
+                key=prefix, range_end=prefix_range_end(prefix), start_revision=start_revision
+            )
+        )
+        hold = asyncio.Event()
+
+        async def requests() -> AsyncIterator[Any]:
+            yield create
+            # The request stream stays open for as long as the watch is wanted.
+            await hold.wait()
+
+        call = rpc.WatchStub(self.client.channel).Watch(requests(), metadata=self.client.metadata)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for resp in call:
+                    queue.put_nowait(resp)
+                queue.put_nowait(ConnectionError("watch stream ended"))
+            except Exception as exc:
+                queue.put_nowait(exc)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                batch = [await queue.get()]
+                if self.watch_delay > 0:
+                    await asyncio.sleep(self.watch_delay)
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                self._apply_batch(batch)
+        finally:
+            hold.set()
+            call.cancel()
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    def _apply_batch(self, batch: list[Any]) -> None:
+        """Apply whole watch responses in order, then raise the first error or compaction among them."""
+        applied = False
+        for resp in batch:
+            if isinstance(resp, BaseException):
+                if applied:
+                    self._notify()
+                raise resp
+            if resp.compact_revision:
+                if applied:
+                    self._notify()
+                raise _Compacted(resp.compact_revision)
+            if resp.canceled:
+                if applied:
+                    self._notify()
+                raise ConnectionError(f"watch canceled by etcd: {resp.cancel_reason or 'no reason'}")
+            self._set_header(resp.header)
+            for event in resp.events:
+                if event.type == rpc.Event.DELETE:
+                    self._delete(event.kv.key.decode())
+                else:
+                    self._put(event.kv)
+                self.revision = max(self.revision, event.kv.mod_revision)
+                applied = True
+        if applied:
+            self._notify()
+
+    def _set_header(self, header: Any) -> None:
+        self._cluster_id = header.cluster_id
+        self._member_id = header.member_id
+        self._raft_term = header.raft_term
+
+    # -- decoding -------------------------------------------------------------------------------
+
+    def _put(self, kv: Any) -> None:
+        key = kv.key.decode()
+        try:
+            self._decode(key, kv)
+        except (DecodeError, KeyFormatError, UnicodeDecodeError, ValueError) as exc:
+            _log.warning("skipping etcd key %s: %s", key, exc)
+            # An undecodable value replaces whatever was there: the key no longer holds it.
+            self._delete(key)
+
+    def _decode(self, key: str, kv: Any) -> None:
+        root = self.root
+        if key.startswith(root + ITEMS):
+            name = parse_item_key(root, key)
+            spec = pb.JournalSpec.FromString(kv.value)
+            if spec.name != name:
+                raise ValueError(f"spec name {spec.name!r} does not match the key")
+            self.journals[name] = Item(spec, kv.mod_revision, kv.create_revision)
+        elif key.startswith(root + MEMBERS):
+            zone, suffix = parse_member_key(root, key)
+            broker = pb.BrokerSpec.FromString(kv.value)
+            if (broker.process_spec.id.zone, broker.process_spec.id.suffix) != (zone, suffix):
+                raise ValueError("spec process id does not match the key")
+            self.members[(zone, suffix)] = Member(broker, key, kv.mod_revision, kv.create_revision, kv.lease)
+        elif key.startswith(root + ASSIGN):
+            journal, zone, suffix, slot = parse_assignment_key(root, key)
+            route = decode_route(kv.value)
+            self._assignments.setdefault(journal, {})[(zone, suffix, slot)] = Assignment(
+                journal, zone, suffix, slot, route, key, kv.mod_revision, kv.create_revision, kv.lease
+            )
+        # Other keys under the root belong to someone else (e.g. consumer shards) and are ignored.
+
+    def _delete(self, key: str) -> None:
+        root = self.root
+        try:
+            if key.startswith(root + ITEMS):
+                self.journals.pop(parse_item_key(root, key), None)
+            elif key.startswith(root + MEMBERS):
+                self.members.pop(parse_member_key(root, key), None)
+            elif key.startswith(root + ASSIGN):
+                journal, zone, suffix, slot = parse_assignment_key(root, key)
+                found = self._assignments.get(journal)
+                if found is not None:
+                    found.pop((zone, suffix, slot), None)
+                    if not found:
+                        del self._assignments[journal]
+        except KeyFormatError:
+            pass
+
+
+class _Compacted(Exception):
+    """The watch's start revision was compacted away; the mirror must be reloaded."""
+
+    def __init__(self, revision: int) -> None:
+        super().__init__(f"compacted at revision {revision}")
+        self.revision = revision
+
+
+# -- raw transactions -----------------------------------------------------------------------------
+
+
+def compare_mod(key: str, mod_revision: int) -> Any:
+    """Compare: ModRevision(key) == mod_revision."""
+    return rpc.Compare(
+        key=key.encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, mod_revision=mod_revision
+    )
+
+
+def compare_create(key: str, create_revision: int) -> Any:
+    """Compare: CreateRevision(key) == create_revision (0 means the key does not exist)."""
+    return rpc.Compare(
+        key=key.encode(),
+        result=rpc.Compare.EQUAL,
+        target=rpc.Compare.CREATE,
+        create_revision=create_revision,
+    )
+
+
+def put_op(key: str, value: bytes, *, lease: int = 0, ignore_lease: bool = False) -> Any:
+    """Txn op: Put(key, value) under `lease`, or keeping the current lease."""
+    return rpc.RequestOp(
+        request_put=rpc.PutRequest(key=key.encode(), value=value, lease=lease, ignore_lease=ignore_lease)
+    )
+
+
+def delete_op(key: str) -> Any:
+    """Txn op: Delete(key)."""
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key.encode()))
+
+
+def get_op(key: str) -> Any:
+    """Txn op: Get(key)."""
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key.encode()))
+
+
+async def txn_response(
+    client: Any, compares: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
+) -> Any:
+    """Run a transaction with the raw stub, returning etcd's TxnResponse (header included)."""
+    return await client.kvstub.Txn(
+        rpc.TxnRequest(compare=list(compares), success=list(success), failure=list(failure)),
+        timeout=client._timeout,
+        metadata=client.metadata,
+    )
+
+
+async def txn(
+    client: Any, compares: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
+) -> tuple[bool, int]:
+    """Run a transaction; return (succeeded, header revision)."""
+    resp = await txn_response(client, compares, success, failure)
+    return bool(resp.succeeded), int(resp.header.revision)

@@ -1,0 +1,284 @@
+"""One public TCP port for both gRPC and HTTP/1.1.
+
+A connection that opens with the HTTP/2 connection preface is relayed byte-for-byte to the
+grpc.aio server listening on an internal unix socket. Any other connection is handed, with the
+bytes already read from it, to the HTTP/1.1 handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import weakref
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+HttpHandler = Callable[[asyncio.Transport, bytes], object]
+"""Takes over an HTTP/1.1 connection: it sets its own protocol on the transport and consumes
+`initial`, the bytes the listener already read from it."""
+
+RELAY_BUFFER_SIZE = 1 << 20
+"""Bytes read per receive call of a relay. Large, so a 1 MiB gRPC message takes few syscalls."""
+RELAY_HIGH_WATER = 4 << 20
+"""Bytes a relay lets queue towards a slow receiver before it stops reading from the sender."""
+UNIX_SOCKET_BUFFER = 4 << 20
+"""SO_SNDBUF and SO_RCVBUF of the relay's unix socket; unix sockets do not autotune theirs."""
+
+
+class OnePortListener:
+    """Accepts TCP connections on (host, port) and routes each to gRPC or to HTTP/1.1."""
+
+    def __init__(self, host: str, port: int, grpc_unix_path: str, http_handler: HttpHandler) -> None:
+        self.host = host
+        self.requested_port = port
+        self.grpc_unix_path = grpc_unix_path
+        self.http_handler = http_handler
+        self._server: asyncio.Server | None = None
+        self._port = 0
+        self._relays: set[_Relay] = set()
+        # Every accepted connection, for close(). Weak: a closed one must not linger here.
+        self._accepted: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
+        self._pending: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (the one picked by the OS when constructed with port 0)."""
+        return self._port
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024
+        )
+        ports = {sock.getsockname()[1] for sock in server.sockets}
+        if self.requested_port == 0 and len(ports) > 1:
+            # The host resolved to several addresses and each got its own free port: rebind them
+            # all on the first one's, so that the listener has one port.
+            port = server.sockets[0].getsockname()[1]
+            server.close()
+            await server.wait_closed()
+            server = await loop.create_server(
+                lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024
+            )
+        self._server = server
+        self._port = server.sockets[0].getsockname()[1]
+
+    async def close(self, grace: float = 0.0) -> None:
+        """Stop accepting; close HTTP connections now and gRPC relays after up to `grace` seconds.
+
+        Run it concurrently with the grpc server's own `stop(grace)`: relays that the server ends
+        within the grace period finish on their own; any left are then closed.
+        """
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        for transport in list(self._accepted):
+            if not isinstance(transport.get_protocol(), _Pipe):
+                transport.close()  # An HTTP connection, or one that has not yet said what it speaks.
+
+        if self._relays and grace > 0:
+            await asyncio.wait([r.done for r in self._relays], timeout=grace)
+        for relay in list(self._relays):
+            relay.close()
+        # Closing flushes what is buffered; a peer that stopped reading is cut off after a second.
+        if self._relays:
+            await asyncio.wait([r.done for r in self._relays], timeout=1.0)
+        for relay in list(self._relays):
+            relay.abort()
+        for transport in list(self._accepted):
+            transport.abort()
+        await asyncio.sleep(0)  # Let the connection_lost callbacks of aborted transports run.
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _to_http(self, transport: asyncio.Transport, initial: bytes) -> None:
+        try:
+            self.http_handler(transport, initial)
+        except Exception:
+            log.exception("HTTP handler failed to take over a connection")
+            transport.abort()
+
+    def _to_grpc(self, transport: asyncio.Transport, initial: bytes) -> None:
+        relay = _Relay(self, transport)
+        task = asyncio.get_running_loop().create_task(relay.connect(initial))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+
+class _Sniffer(asyncio.Protocol):
+    """Reads a new connection's first bytes until it is known whether they are the HTTP/2 preface."""
+
+    def __init__(self, listener: OnePortListener) -> None:
+        self._listener = listener
+        self._transport: asyncio.Transport | None = None
+        self._head = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._listener._accepted.add(transport)
+        _set_nodelay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._transport is not None
+        head = self._head + data
+        n = min(len(head), len(HTTP2_PREFACE))
+        if head[:n] != HTTP2_PREFACE[:n]:
+            self._head = b""
+            self._listener._to_http(self._transport, head)
+        elif len(head) >= len(HTTP2_PREFACE):
+            self._head = b""
+            self._listener._to_grpc(self._transport, head)
+        else:
+            self._head = head
+
+    def eof_received(self) -> bool:
+        return False  # Closed before it said what it speaks: nothing to serve.
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+
+
+class _Relay:
+    """Relays one client TCP connection to and from its own connection to the grpc server."""
+
+    def __init__(self, listener: OnePortListener, client: asyncio.Transport) -> None:
+        self._listener = listener
+        self.front = _Pipe(self)
+        self.back = _Pipe(self)
+        self.front.peer, self.back.peer = self.back, self.front
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # No reads until the server side exists to take them.
+        client.pause_reading()
+        client.set_protocol(self.front)
+        self.front.connection_made(client)
+        listener._relays.add(self)
+
+    async def connect(self, initial: bytes) -> None:
+        """Connect to the grpc server, forward `initial`, then relay both ways."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_SOCKET_BUFFER)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, self._listener.grpc_unix_path)
+            await loop.create_unix_connection(lambda: self.back, sock=sock)
+        except BaseException as exc:
+            sock.close()
+            self.front.mark_back_failed()
+            if not isinstance(exc, OSError):
+                raise
+            log.warning("cannot reach the grpc server at %s: %s", self._listener.grpc_unix_path, exc)
+            return
+        front, back = self.front.transport, self.back.transport
+        assert front is not None and back is not None
+        if self.front.closed:
+            back.close()
+            return
+        back.write(initial)
+        front.resume_reading()
+
+    def close(self) -> None:
+        """Close both connections once what each has buffered is sent."""
+        for pipe in (self.front, self.back):
+            if pipe.transport is not None:
+                pipe.transport.close()
+        self._check_done()
+
+    def abort(self) -> None:
+        """Close both connections now, dropping what they have buffered."""
+        for pipe in (self.front, self.back):
+            if pipe.transport is not None:
+                pipe.transport.abort()
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self.front.closed and (self.back.closed or self.back.transport is None):
+            self._listener._relays.discard(self)
+            if not self.done.done():
+                self.done.set_result(None)
+
+
+class _Pipe(asyncio.BufferedProtocol):
+    """One end of a relay: what its transport receives is written to the peer end's transport."""
+
+    peer: _Pipe
+
+    def __init__(self, relay: _Relay) -> None:
+        self._relay = relay
+        self.transport: asyncio.Transport | None = None
+        self.eof = False
+        self.closed = False
+        self._buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        _set_nodelay(transport)
+        transport.set_write_buffer_limits(high=RELAY_HIGH_WATER)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        out = self.peer.transport
+        if out is None or self.peer.closed:
+            return
+        out.write(self._buffer[:nbytes])
+        if out.get_write_buffer_size():
+            # The transport kept part of the write queued, and may hold a view of our buffer
+            # (Python >= 3.12 queues memoryviews without copying), so read into a fresh one.
+            self._buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        out = self.peer.transport
+        if out is None or self.peer.closed:
+            return False
+        if self.peer.eof:
+            out.close()  # Both directions are finished.
+            return False
+        # Half-close: the other direction goes on until the peer also ends it. write_eof sends
+        # what is still queued before it shuts the socket down.
+        out.write_eof()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        out = self.peer.transport
+        if out is not None and not self.peer.closed:
+            if exc is None:
+                out.close()
+            else:
+                out.abort()
+        self._relay._check_done()
+
+    def mark_back_failed(self) -> None:
+        """The server side could not be connected: drop the client connection."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def pause_writing(self) -> None:
+        # Our transport is backed up: stop reading what would be written to it.
+        if self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+
+def _set_nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,58 @@
+"""Logging setup shared by `gazette` and `gazctl`: `--log.level` and `--log.format` (text|json)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _RESERVED}
+
+
+class TextFormatter(logging.Formatter):
+    """`time level message key=value ...`, like logrus' text output."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
+        extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}"
+                         for k, v in _fields(record).items())
+        line = f"{stamp} {record.levelname.lower():5} {record.getMessage()}" + (f" {extra}" if extra else "")
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+        }
+        doc.update({k: v if isinstance(v, int | float | bool | str) else str(v)
+                    for k, v in _fields(record).items()})
+        if record.exc_info:
+            doc["error"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+LEVELS = ("debug", "info", "warn", "warning", "error", "fatal", "panic")
+
+
+def configure(level: str, fmt: str) -> None:
+    """Send logs to stderr at `level` in `fmt`."""
+    name = {"warn": "WARNING", "fatal": "CRITICAL", "panic": "CRITICAL"}.get(level.lower(), level.upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(name)
+    # gRPC and etcd client internals are noisy at debug level.
+    for noisy in ("grpc", "aetcd", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))

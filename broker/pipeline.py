@@ -1,0 +1,123 @@
+"""The replication pipeline a journal's primary runs over its peer set.
+
+Every ReplicateRequest is applied to the primary's own spool and scattered to one
+Replicate stream per peer; acknowledged requests gather one reply from each peer.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from broker.errors import PipelineError
+from broker.fragment import Spool
+from broker.peers import PeerDialer
+from broker.protocol import pb
+
+log = logging.getLogger(__name__)
+
+
+def same_id(a: pb.ProcessSpec.ID, b: pb.ProcessSpec.ID) -> bool:
+    return a.zone == b.zone and a.suffix == b.suffix
+
+
+def routes_equivalent(a: pb.Route, b: pb.Route) -> bool:
+    """Same members and primary; endpoints are ignored."""
+    return (
+        a.primary == b.primary
+        and len(a.members) == len(b.members)
+        and all(same_id(x, y) for x, y in zip(a.members, b.members, strict=True))
+    )
+
+
+class Pipeline:
+    """Replicate streams to every non-primary member of `header.route`, plus the local spool."""
+
+    def __init__(self, spool: Spool, header: pb.Header, dialer: PeerDialer) -> None:
+        self.spool = spool
+        self.header = header
+        self.route = header.route
+        self._dialer = dialer
+        self._streams: list[tuple[pb.ProcessSpec.ID, grpc.aio.StreamStreamCall]] = []
+        self._sent_first = False
+        self.broken: Exception | None = None
+
+    @property
+    def journal(self) -> str:
+        return self.spool.journal
+
+    def open(self) -> None:
+        """Open one Replicate stream per peer of the route."""
+        local = self.header.process_id
+        for i, member in enumerate(self.route.members):
+            if same_id(member, local):
+                continue
+            endpoint = self.route.endpoints[i] if i < len(self.route.endpoints) else ""
+            if not endpoint:
+                raise PipelineError(f"peer {member.zone}/{member.suffix} has no endpoint", self.journal)
+            call = self._dialer.stub(endpoint).Replicate()
+            self._streams.append((member, call))
+
+    @property
+    def peers(self) -> int:
+        return len(self._streams)
+
+    async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+        """Send `req` to every peer and apply it to the local spool; returns the local response."""
+        for member, call in self._streams:
+            out = req
+            if req.HasField("proposal") and req.acknowledge:
+                out = pb.ReplicateRequest()
+                out.CopyFrom(req)
+                out.header.CopyFrom(self.header)
+                out.header.process_id.CopyFrom(member)
+                if not self._sent_first:
+                    out.deprecated_journal = self.journal
+            try:
+                await call.write(out)
+            except grpc.RpcError as exc:
+                self.broken = exc
+                raise PipelineError(f"replicate to {member.suffix} failed: {exc}", self.journal) from exc
+        if req.HasField("proposal") and req.acknowledge:
+            self._sent_first = True
+        return self.spool.apply(req)
+
+    async def gather(self) -> list[tuple[pb.ProcessSpec.ID, pb.ReplicateResponse]]:
+        """One reply from each peer, in route order."""
+        replies = []
+        for member, call in self._streams:
+            try:
+                resp = await call.read()
+            except grpc.RpcError as exc:
+                self.broken = exc
+                raise PipelineError(f"replicate from {member.suffix} failed: {exc}", self.journal) from exc
+            if resp is grpc.aio.EOF:
+                self.broken = PipelineError("peer closed its Replicate stream", self.journal)
+                raise self.broken
+            replies.append((member, resp))
+        return replies
+
+    async def gather_ok(self) -> None:
+        for member, resp in await self.gather():
+            if resp.status != pb.OK:
+                self.broken = PipelineError(
+                    f"peer {member.suffix} replied {pb.Status.Name(resp.status)}", self.journal
+                )
+                raise self.broken
+
+    async def close(self) -> None:
+        """Roll back local uncommitted content, half-close each stream and drain it."""
+        self.spool.apply(
+            pb.ReplicateRequest(
+                proposal=self.spool.fragment.spec, registers=self.spool.registers, acknowledge=True
+            )
+        )
+        streams, self._streams = self._streams, []
+        for _member, call in streams:
+            try:
+                await call.done_writing()
+                while (await call.read()) is not grpc.aio.EOF:
+                    pass
+            except grpc.RpcError:
+                pass

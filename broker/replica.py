@@ -1,0 +1,106 @@
+"""A broker's local replica of one journal: its fragment index, spool and replication pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from broker.fragment import CoverSet, Fragment, Index, Spool
+from broker.protocol import pb
+
+if TYPE_CHECKING:
+    from broker.pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+
+# Persister is the hook the fragment-store layer plugs into: it receives every
+# completed (rolled) local fragment and must eventually persist it.
+Persister = Callable[["Replica", Fragment], None]
+
+
+class Replica:
+    """Owns one journal's index and spool on this broker.
+
+    The spool and the pipeline built over it are used by one append (or one
+    Replicate stream) at a time: `lock` serializes them.
+    """
+
+    def __init__(
+        self,
+        journal: str,
+        spec: pb.JournalSpec,
+        spool_dir: str | None,
+        persister: Persister | None = None,
+    ) -> None:
+        self.journal = journal
+        self.spec = spec
+        self.index = Index()
+        self.lock = asyncio.Lock()
+        self.pipeline: Pipeline | None = None
+        self._persister = persister
+        self.spool = Spool(journal, self, spool_dir)
+        self.closed = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # SpoolObserver.
+    def on_commit(self, f: Fragment) -> None:
+        self.index.spool_commit(f)
+
+    def on_complete(self, f: Fragment) -> None:
+        if self._persister is not None:
+            self._persister(self, f)
+
+    def start(self, refresh: Callable[[Replica], asyncio.Task[None]] | None = None) -> None:
+        """Begin indexing: list the journal's stores now and every refresh_interval."""
+        if refresh is not None:
+            self._tasks.append(refresh(self))
+        else:
+            # Without a store layer the journal is a pure stream: its remote index is empty.
+            self.index.replace_remote(CoverSet())
+
+    def update_spec(self, spec: pb.JournalSpec) -> None:
+        self.spec = spec
+
+    async def close(self) -> None:
+        """Tear down the pipeline and stop background work; blocked reads wake and end."""
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        if self.pipeline is not None:
+            pipeline, self.pipeline = self.pipeline, None
+            await pipeline.close()
+        self.index.close()
+
+
+def maybe_roll_fragment(
+    spool: Spool, roll_to_offset: int, spec: pb.JournalSpec.Fragment, now: float | None = None
+) -> pb.Fragment:
+    """The proposal that closes the spool's fragment if it should be rolled, else the fragment itself.
+
+    Rolls when the spool is empty (a no-op unless the codec or offset changes), longer than the
+    spec's target length, asked to move to `roll_to_offset`, or past a flush_interval boundary.
+    """
+    current = spool.fragment.spec
+    length = current.end - current.begin
+    flush = spec.flush_interval.seconds
+    roll = (
+        length == 0
+        or length > spec.length
+        or (roll_to_offset != 0 and roll_to_offset != current.begin)
+    )
+    if not roll and flush > 0 and spool.first_append_time is not None:
+        now = time.time() if now is None else now
+        roll = int(spool.first_append_time) // flush != int(now) // flush
+    if not roll:
+        return current
+    offset = roll_to_offset or current.end
+    return pb.Fragment(
+        journal=current.journal or spool.journal,
+        begin=offset,
+        end=offset,
+        compression_codec=spec.compression_codec or pb.NONE,
+        sum=pb.SHA1Sum(),
+    )

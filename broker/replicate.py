@@ -1,0 +1,80 @@
+"""The replica side of the Replicate RPC: apply a primary's proposals and content to the local spool."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from broker.errors import ReplicationError
+from broker.pipeline import routes_equivalent, same_id
+from broker.protocol import pb
+from broker.protocol.validation import ValidationError, validate_replicate_request
+from broker.state import BrokerState
+
+
+async def serve_replicate(
+    state: BrokerState, requests: AsyncIterator[pb.ReplicateRequest]
+) -> AsyncIterator[pb.ReplicateResponse]:
+    """Yield one response per acknowledged proposal; the first also carries our header."""
+    try:
+        first = await anext(requests)
+    except StopAsyncIteration:
+        return
+    _check(first)
+    if not first.HasField("header") or not first.HasField("proposal"):
+        raise ReplicationError("expected first ReplicateRequest to have Header", first.deprecated_journal)
+    journal = first.proposal.journal
+    res = await state.resolver.resolve(
+        journal, may_proxy=False, require_primary=False, proxy_header=first.header
+    )
+    if res.status != pb.OK:
+        yield pb.ReplicateResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
+        return
+    etcd = state.keyspace.etcd_header()
+    if first.header.etcd.cluster_id != etcd.cluster_id:
+        raise ReplicationError("proxied request Etcd ClusterId doesn't match our own", journal)
+    if not same_id(first.header.process_id, state.resolver.local_id):
+        raise ReplicationError("proxied request ProcessId doesn't match our own", journal)
+    if not routes_equivalent(res.route, first.header.route):
+        yield pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=res.header)
+        return
+    replica = res.replica
+    assert replica is not None
+    async with replica.lock:
+        # This broker is a replica: any pipeline it held as a former primary is void.
+        if replica.pipeline is not None:
+            pipeline, replica.pipeline = replica.pipeline, None
+            await pipeline.close()
+        spool = replica.spool
+        header_sent = False
+        req: pb.ReplicateRequest | None = first
+        try:
+            while req is not None:
+                resp = spool.apply(req)
+                if req.HasField("proposal"):
+                    if req.acknowledge:
+                        if not header_sent:
+                            resp.header.CopyFrom(res.header)
+                            header_sent = True
+                        yield resp
+                    elif resp.status != pb.OK:
+                        raise ReplicationError(
+                            f"unacknowledged proposal failed: {pb.Status.Name(resp.status)}", journal
+                        )
+                try:
+                    req = await anext(requests)
+                except StopAsyncIteration:
+                    req = None
+                else:
+                    _check(req)
+        finally:
+            # The primary went away: discard whatever it did not commit.
+            spool.apply(
+                pb.ReplicateRequest(proposal=spool.fragment.spec, registers=spool.registers, acknowledge=True)
+            )
+
+
+def _check(req: pb.ReplicateRequest) -> None:
+    try:
+        validate_replicate_request(req)
+    except ValidationError as exc:
+        raise ReplicationError(str(exc), req.proposal.journal) from exc

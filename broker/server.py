@@ -1,0 +1,174 @@
+"""Assembles and runs a broker: etcd, keyspace mirror, member announcement, allocator,
+replicas, the gRPC service on an internal socket, and the public one-port listener."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from broker.http_gateway import HttpGateway
+from broker.keyspace import Announcement, KeySpace, member_key, open_etcd, run_allocator
+from broker.listener import OnePortListener
+from broker.peers import CHANNEL_OPTIONS, PeerDialer
+from broker.protocol import pb, pb_grpc
+from broker.replica import Replica
+from broker.resolver import Resolver
+from broker.service import JournalService
+from broker.state import BrokerState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BrokerConfig:
+    """Settings of `gazette serve`; see broker.cli for the flags that set them."""
+
+    zone: str = "local"
+    id: str = ""
+    host: str = "localhost"
+    port: int = 8080
+    bind: str = "0.0.0.0"
+    limit: int = 1024
+    file_root: str = ""
+    max_append_rate: int = 0
+    max_replication: int = 9
+    max_grpc_recv_size: int = 4 << 20
+    etcd_address: str | None = None
+    etcd_prefix: str = "/gazette/cluster"
+    etcd_port: int = 2379
+    etcd_peer_port: int = 2380
+    etcd_lease: float = 20.0
+    watch_delay: float = 0.03
+    state_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "state" / "gazette")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class Broker:
+    """A running broker. `await start()`, then `await stop()` (what SIGTERM does)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.local_id = pb.ProcessSpec.ID(zone=config.zone, suffix=config.id)
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runtime_dir = tempfile.mkdtemp(prefix="gazette-broker-")
+        self.grpc_path = os.path.join(self._runtime_dir, "grpc.sock")
+        self.spool_dir = config.state_dir / "spools"
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.etcd = await open_etcd(
+            cfg.etcd_address, cfg.state_dir, log, client_port=cfg.etcd_port, peer_port=cfg.etcd_peer_port
+        )
+        client = self.etcd.client
+
+        self.keyspace = KeySpace(client, cfg.etcd_prefix, watch_delay=cfg.watch_delay)
+        await self.keyspace.load()
+
+        # The public port must be bound before announcing, so the advertised endpoint is real.
+        self.grpc_server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_grpc_recv_size),
+                ("grpc.max_send_message_length", 64 << 20),
+            ]
+        )
+        self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
+        self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
+        self.gateway = HttpGateway(self.gateway_channel, ready=lambda: not self._stop.is_set())
+        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway)
+        await self.listener.start()
+        cfg.port = self.listener.port
+
+        self.resolver = Resolver(self.keyspace, self.local_id, self._new_replica)
+        self.state = BrokerState(
+            etcd=client,
+            root=cfg.etcd_prefix,
+            keyspace=self.keyspace,
+            resolver=self.resolver,
+            dialer=PeerDialer(),
+            max_append_rate=cfg.max_append_rate,
+            max_replication=cfg.max_replication,
+        )
+        pb_grpc.add_JournalServicer_to_server(JournalService(self.state), self.grpc_server)
+        await self.grpc_server.start()
+
+        spec = pb.BrokerSpec(
+            process_spec=pb.ProcessSpec(id=self.local_id, endpoint=cfg.endpoint),
+            journal_limit=cfg.limit,
+        )
+        self.announcement = Announcement(
+            client, cfg.etcd_prefix, spec, ttl=cfg.etcd_lease, on_lost=self._on_lease_lost
+        )
+        await self.announcement.announce()
+        self.keyspace.add_observer(self.resolver.update_replicas)
+        self._tasks.append(self.keyspace.watch())
+        await self.keyspace.wait_for_revision(self.announcement.revision)
+        self.resolver.update_replicas()
+        self._tasks.append(
+            asyncio.create_task(
+                run_allocator(
+                    client, self.keyspace, member_key(cfg.etcd_prefix, cfg.zone, cfg.id),
+                    cfg.max_replication, self._stop,
+                )
+            )
+        )
+        log.info(
+            "broker serving",
+            extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint},
+        )
+
+    def _new_replica(self, journal: str, spec: pb.JournalSpec) -> Replica:
+        replica = Replica(journal, spec, str(self.spool_dir))
+        replica.start()
+        return replica
+
+    def _on_lease_lost(self) -> None:
+        log.error("etcd lease lost: this broker's assignments are void; exiting")
+        self._stop.set()
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down in order."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        await self._stop.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop taking requests, close replicas, release the member key, stop the embedded etcd."""
+        self._stop.set()
+        log.info("broker stopping")
+        await self.listener.close()
+        await self.grpc_server.stop(grace=2.0)
+        await self.resolver.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.announcement.release()
+        await self.gateway_channel.close()
+        await self.state.dialer.close()
+        await self.keyspace.close()
+        await self.etcd.close()
+        log.info("broker stopped")
+
+    async def abort(self) -> None:
+        """Undo a partial start: close whatever was opened, and stop an embedded etcd."""
+        self._stop.set()
+        for closer in ("listener", "grpc_server"):
+            obj = getattr(self, closer, None)
+            if obj is not None:
+                await (obj.close() if closer == "listener" else obj.stop(None))
+        if hasattr(self, "etcd"):
+            await self.etcd.close()

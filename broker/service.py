@@ -1,0 +1,313 @@
+"""The Journal gRPC service: List, Apply, Read, Append, Replicate, ListFragments, FragmentStoreHealth."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NoReturn
+
+import grpc
+from aetcd import rpc
+
+from broker import metrics
+from broker.append import Append, readable
+from broker.errors import BrokerError
+from broker.fragment import Fragment
+from broker.keyspace import item_key, txn
+from broker.pipeline import same_id
+from broker.protocol import labels, pb, pb_grpc
+from broker.protocol.validation import (
+    ValidationError,
+    validate_append_request,
+    validate_apply_request,
+    validate_fragment_store_health_request,
+    validate_fragments_request,
+    validate_list_request,
+    validate_read_request,
+)
+from broker.read import RemoteOpener, URLSigner, serve_read
+from broker.replicate import serve_replicate
+from broker.state import BrokerState
+
+log = logging.getLogger(__name__)
+
+LIST_CHUNK = 25  # Journals per ListResponse.
+DEFAULT_PAGE_LIMIT = 1000
+# Checks a fragment store's health; returns an error text, or "" when healthy.
+StoreHealthCheck = Callable[[str, bool, str], Awaitable[str]]
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("unreachable")
+
+
+class JournalService(pb_grpc.JournalServicer):
+    """Implements protocol.Journal over a BrokerState."""
+
+    def __init__(
+        self,
+        state: BrokerState,
+        open_remote: RemoteOpener | None = None,
+        sign_url: URLSigner | None = None,
+        store_health: StoreHealthCheck | None = None,
+    ) -> None:
+        self.state = state
+        self.open_remote = open_remote
+        self.sign_url = sign_url
+        self.store_health = store_health
+
+    # --- List and Apply --------------------------------------------------------------------
+
+    async def List(  # noqa: N802
+        self, request: pb.ListRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ListResponse]:
+        try:
+            validate_list_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        selector = labels.rewrite_prefix_meta_label(request.selector)
+        keyspace = self.state.keyspace
+        if request.watch and request.HasField("watch_resume"):
+            await keyspace.wait_for_revision(request.watch_resume.etcd.revision + 1)
+        last: tuple[int, int] | None = None
+        while True:
+            journals = []
+            for name in sorted(keyspace.journals):
+                item = keyspace.journals[name]
+                if labels.matches(selector, labels.journal_label_set(item.spec)):
+                    journals.append(
+                        pb.ListResponse.Journal(
+                            spec=item.spec,
+                            mod_revision=item.mod_revision,
+                            create_revision=item.create_revision,
+                            route=keyspace.route(name),
+                        )
+                    )
+            fingerprint = (len(journals), max((j.mod_revision for j in journals), default=0))
+            if fingerprint != last:
+                last = fingerprint
+                first = pb.ListResponse(status=pb.OK, header=self.state.resolver.header())
+                first.journals.extend(journals[:LIST_CHUNK])
+                yield first
+                for i in range(LIST_CHUNK, len(journals), LIST_CHUNK):
+                    yield pb.ListResponse(journals=journals[i : i + LIST_CHUNK])
+                if not request.watch:
+                    return
+                yield pb.ListResponse()  # Ends this snapshot.
+            await keyspace.wait_for_change()
+
+    async def Apply(  # noqa: N802
+        self, request: pb.ApplyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ApplyResponse:
+        try:
+            validate_apply_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        root = self.state.root
+        compares, ops = [], []
+        for change in request.changes:
+            name = change.upsert.name if change.HasField("upsert") else change.delete
+            key = item_key(root, name).encode()
+            if change.expect_mod_revision != -1:
+                compares.append(
+                    rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
+                                mod_revision=change.expect_mod_revision)
+                )
+            if change.HasField("upsert"):
+                ops.append(rpc.RequestOp(request_put=rpc.PutRequest(
+                    key=key, value=change.upsert.SerializeToString())))
+            else:
+                ops.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+        ok, revision = await txn(self.state.etcd, compares, ops, [])
+        if not ok:
+            return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED, header=self.state.resolver.header())
+        await self.state.keyspace.wait_for_revision(revision)
+        header = self.state.resolver.header()
+        header.etcd.revision = revision
+        return pb.ApplyResponse(status=pb.OK, header=header)
+
+    # --- Read --------------------------------------------------------------------------------
+
+    async def Read(  # noqa: N802
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReadResponse]:
+        try:
+            validate_read_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        res = await self.state.resolver.resolve(
+            request.journal,
+            may_proxy=not request.do_not_proxy,
+            require_primary=False,
+            min_etcd_revision=request.min_etcd_revision,
+            proxy_header=request.header if request.HasField("header") else None,
+        )
+        if res.status == pb.OK and res.spec is not None and not readable(res.spec):
+            res.status = pb.NOT_ALLOWED
+        if res.status != pb.OK:
+            yield pb.ReadResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
+            return
+        if not same_id(res.header.process_id, self.state.resolver.local_id):
+            async for resp in self._proxy_read(request, res.header):
+                yield resp
+            return
+        assert res.replica is not None
+        journal = res.spec.name if res.spec else request.journal
+        metrics.READ_REQUESTS.labels(journal).inc()
+        async for resp in serve_read(request, res.header, res.replica, self.open_remote, self.sign_url):
+            if resp.content:
+                metrics.READ_BYTES.labels(journal).inc(len(resp.content))
+            yield resp
+
+    async def _proxy_read(self, request: pb.ReadRequest, header: pb.Header) -> AsyncIterator[pb.ReadResponse]:
+        proxied = pb.ReadRequest()
+        proxied.CopyFrom(request)
+        proxied.header.CopyFrom(header)
+        endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
+        call = self.state.dialer.stub(endpoint).Read(proxied)
+        async for resp in call:
+            yield resp
+
+    # --- Append ------------------------------------------------------------------------------
+
+    async def Append(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.AppendRequest], context: grpc.aio.ServicerContext
+    ) -> pb.AppendResponse:
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "expected first AppendRequest")
+        try:
+            validate_append_request(first)
+            if not first.journal:
+                raise ValidationError("expected Journal", ["Journal"])
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        append = Append(self.state, first)
+        await append.prepare()
+        if append.response is not None:
+            return append.response
+        if append.proxy is not None:
+            return await self._proxy_append(first, append.proxy.header, request_iterator)
+        try:
+            resp = await append.stream(_content_chunks(request_iterator, first.journal))
+        except BrokerError as exc:
+            await _abort(context, grpc.StatusCode.ABORTED, str(exc))
+        if resp.status == pb.OK:
+            metrics.APPEND_REQUESTS.labels(first.journal).inc()
+            metrics.APPEND_BYTES.labels(first.journal).inc(resp.commit.end - resp.commit.begin)
+        return resp
+
+    async def _proxy_append(
+        self, first: pb.AppendRequest, header: pb.Header, rest: AsyncIterator[pb.AppendRequest]
+    ) -> pb.AppendResponse:
+        proxied = pb.AppendRequest()
+        proxied.CopyFrom(first)
+        proxied.header.CopyFrom(header)
+
+        async def forward() -> AsyncIterator[pb.AppendRequest]:
+            yield proxied
+            async for req in rest:
+                yield req
+
+        endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
+        resp: pb.AppendResponse = await self.state.dialer.stub(endpoint).Append(forward())
+        return resp
+
+    # --- Replicate ---------------------------------------------------------------------------
+
+    async def Replicate(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.ReplicateRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReplicateResponse]:
+        try:
+            async for resp in serve_replicate(self.state, request_iterator):
+                yield resp
+        except BrokerError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+
+    # --- Fragments ---------------------------------------------------------------------------
+
+    async def ListFragments(  # noqa: N802
+        self, request: pb.FragmentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FragmentsResponse:
+        try:
+            validate_fragments_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        res = await self.state.resolver.resolve(
+            request.journal,
+            may_proxy=not request.do_not_proxy,
+            require_primary=False,
+            proxy_header=request.header if request.HasField("header") else None,
+        )
+        if res.status == pb.OK and res.spec is not None and not readable(res.spec):
+            res.status = pb.NOT_ALLOWED
+        if res.status != pb.OK:
+            return pb.FragmentsResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
+        if not same_id(res.header.process_id, self.state.resolver.local_id):
+            proxied = pb.FragmentsRequest()
+            proxied.CopyFrom(request)
+            proxied.header.CopyFrom(res.header)
+            endpoint = self.state.resolver.endpoint_of(res.header.process_id, res.route)
+            resp: pb.FragmentsResponse = await self.state.dialer.stub(endpoint).ListFragments(proxied)
+            return resp
+        assert res.replica is not None
+        await res.replica.index.first_refresh.wait()
+        limit = request.page_limit or DEFAULT_PAGE_LIMIT
+        ttl = request.signatureTTL.ToTimedelta().total_seconds() if request.HasField("signatureTTL") else 0
+        out = pb.FragmentsResponse(status=pb.OK, header=res.header)
+        for fragment in res.replica.index.fragments():
+            if fragment.begin < request.next_page_token or not _in_mod_time_range(fragment, request):
+                continue
+            if len(out.fragments) == limit:
+                out.next_page_token = fragment.begin
+                break
+            entry = out.fragments.add()
+            entry.spec.CopyFrom(fragment.spec)
+            if ttl > 0 and fragment.spec.backing_store and self.sign_url is not None:
+                entry.signed_url = await self.sign_url(fragment, ttl)
+        return out
+
+    async def FragmentStoreHealth(  # noqa: N802
+        self, request: pb.FragmentStoreHealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FragmentStoreHealthResponse:
+        try:
+            validate_fragment_store_health_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if self.store_health is None:
+            error = "this broker has no fragment store support"
+        else:
+            error = await self.store_health(
+                request.fragment_store, request.check_delete, request.check_delete_prefix
+            )
+        return pb.FragmentStoreHealthResponse(
+            status=pb.FRAGMENT_STORE_UNHEALTHY if error else pb.OK,
+            header=self.state.resolver.header(),
+            store_health_error=error,
+        )
+
+
+def _in_mod_time_range(fragment: Fragment, request: pb.FragmentsRequest) -> bool:
+    mod_time = fragment.mod_time
+    if mod_time != 0 and mod_time < request.begin_mod_time:
+        return False
+    return not (request.end_mod_time != 0 and (mod_time == 0 or mod_time > request.end_mod_time))
+
+
+async def _content_chunks(requests: AsyncIterator[pb.AppendRequest], journal: str) -> AsyncIterator[bytes]:
+    """The content of an Append stream, ending at its commit marker (an empty message, then EOF)."""
+    async for req in requests:
+        if req.journal:
+            raise BrokerError("expected Content chunk", journal)
+        try:
+            validate_append_request(req)
+        except ValidationError as exc:
+            raise BrokerError(str(exc), journal) from exc
+        if not req.content:
+            async for _ in requests:
+                raise BrokerError("expected EOF after empty Content chunk", journal)
+            return
+        yield req.content
+    raise BrokerError("unexpected EOF (append rolled back)", journal)

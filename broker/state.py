@@ -1,0 +1,40 @@
+"""What the broker's RPC handlers share: the etcd mirror, resolver, peer dialer and limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.flow_control import TokenBucket, effective_rate
+from broker.keyspace import KeySpace
+from broker.peers import PeerDialer
+from broker.protocol import pb
+from broker.resolver import Resolver
+
+
+@dataclass
+class BrokerState:
+    etcd: Any  # aetcd.Client
+    root: str
+    keyspace: KeySpace
+    resolver: Resolver
+    dialer: PeerDialer
+    max_append_rate: int = 0
+    max_replication: int = 9
+    buckets: dict[str, TokenBucket] = field(default_factory=dict)
+
+    def bucket(self, spec: pb.JournalSpec) -> TokenBucket:
+        """The journal's append token bucket, rebuilt when its rate changes."""
+        rate = effective_rate(spec.max_append_rate, self.max_append_rate)
+        bucket = self.buckets.get(spec.name)
+        if bucket is None or bucket.rate != rate:
+            bucket = self.buckets[spec.name] = TokenBucket(rate)
+        return bucket
+
+    def desired_replication(self, spec: pb.JournalSpec) -> int:
+        level = spec.suspend.level
+        if level == pb.JournalSpec.Suspend.FULL:
+            return 0
+        if level == pb.JournalSpec.Suspend.PARTIAL:
+            return 1
+        return min(spec.replication, self.max_replication)

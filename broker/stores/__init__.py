@@ -1,0 +1,1 @@
+"""Fragment stores: where rolled fragments are persisted (file://, s3://)."""

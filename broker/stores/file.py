@@ -1,0 +1,92 @@
+"""The `file://` store: fragments under a local directory, rooted at `--broker.file-root`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from broker.stores.base import StoreError, StoreObject, query_args, rewrite
+
+READ_CHUNK = 1 << 20
+
+
+class FileStore:
+    """Objects are files under `<root><url path>`; writes are atomic via rename."""
+
+    def __init__(self, url: str, root: str) -> None:
+        self.url = url
+        self._args = query_args(url, {"find", "replace"})
+        if not root:
+            raise StoreError("file:// stores need the broker's --broker.file-root", url)
+        self.prefix = urlparse(url).path  # Always ends in "/".
+        self.base = Path(root) / self.prefix.lstrip("/")
+
+    def _path(self, path: str) -> Path:
+        return self.base / rewrite(path, self._args)
+
+    async def list(self, prefix: str) -> list[StoreObject]:
+        def walk() -> list[StoreObject]:
+            top = self._path(prefix)
+            out = []
+            for dirpath, _dirs, files in os.walk(top):
+                for name in files:
+                    if name.startswith(".partial-"):
+                        continue
+                    full = Path(dirpath) / name
+                    rel = str(full.relative_to(self.base))
+                    out.append(StoreObject(rel, int(full.stat().st_mtime)))
+            return out
+
+        return await asyncio.to_thread(walk)
+
+    async def exists(self, path: str) -> bool:
+        return await asyncio.to_thread(self._path(path).exists)
+
+    async def put(self, path: str, source: str, content_encoding: str = "") -> None:
+        target = self._path(path)
+
+        def copy() -> None:
+            if not self.base.is_dir():
+                raise StoreError(f"store directory {self.base} does not exist", self.url, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, partial = tempfile.mkstemp(prefix=f".partial-{target.name}", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                    shutil.copyfileobj(src, out, READ_CHUNK)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.rename(partial, target)
+            except BaseException:
+                Path(partial).unlink(missing_ok=True)
+                raise
+
+        try:
+            await asyncio.to_thread(copy)
+        except OSError as exc:
+            raise StoreError(str(exc), self.url, path) from exc
+
+    async def open(self, path: str) -> AsyncIterator[bytes]:
+        try:
+            f = await asyncio.to_thread(open, self._path(path), "rb")
+        except OSError as exc:
+            raise StoreError(str(exc), self.url, path) from exc
+        try:
+            while chunk := await asyncio.to_thread(f.read, READ_CHUNK):
+                yield chunk
+        finally:
+            f.close()
+
+    async def sign_get(self, path: str, ttl: float) -> str:
+        # Unsigned, and relative to the file root: readers map it onto their own root.
+        return f"file://{self.prefix}{rewrite(path, self._args)}"
+
+    async def remove(self, path: str) -> None:
+        try:
+            await asyncio.to_thread(self._path(path).unlink)
+        except OSError as exc:
+            raise StoreError(str(exc), self.url, path) from exc

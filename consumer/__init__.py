@@ -1,0 +1,1 @@
+"""Consumer framework (not yet built)."""

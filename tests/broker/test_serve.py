@@ -1,0 +1,69 @@
+"""`gazette serve` with no etcd flag embeds etcd; a second broker joins it; both exit on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.protocol import pb
+from tests.harness import BrokerProcess, apply_specs, free_port, journal_spec, wait_for_primary
+
+
+def _etcd_children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == pid and b"etcd" in cmdline:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_embedded_etcd_and_second_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    etcd_port, peer_port = free_port(), free_port()
+    extra = ["--etcd.embedded-port", str(etcd_port), "--etcd.embedded-peer-port", str(peer_port)]
+    first = BrokerProcess(tmp_path, None, "/embedded", *extra).wait_ready()
+    assert "started embedded etcd" in first.logs()
+    [etcd_pid] = _etcd_children(first.proc.pid)
+
+    second = BrokerProcess(tmp_path, None, "/embedded", *extra).wait_ready()
+    assert "using the etcd already running" in second.logs()
+    assert _etcd_children(second.proc.pid) == []
+
+    channel, stub = second.stub()
+    with channel:
+        assert apply_specs(stub, journal_spec("embedded/j", replication=2)).status == pb.OK
+        wait_for_primary(stub, "embedded/j")
+        members = [
+            (m.zone, m.suffix)
+            for r in stub.List(pb.ListRequest()) for j in r.journals for m in j.route.members
+        ]
+    assert sorted(members) == sorted([("local", first.broker_id), ("local", second.broker_id)])
+
+    assert second.stop(signal.SIGTERM) == 0
+    assert first.stop(signal.SIGTERM) == 0
+    deadline = time.monotonic() + 10
+    while _alive(etcd_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(etcd_pid), "the embedded etcd outlived its broker"

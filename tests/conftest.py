@@ -1,0 +1,52 @@
+"""Shared fixtures: one real etcd per test session, and a unique keyspace root per test."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aetcd
+import pytest
+
+from broker.keyspace.etcd import EtcdProcess, parse_address
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL (`http://127.0.0.1:PORT`) of an etcd process that lives for the whole session."""
+    tmp = tmp_path_factory.mktemp("etcd")
+    proc = EtcdProcess(tmp / "data", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
+    proc.start()
+    try:
+        proc.wait_ready(30.0)
+        yield proc.endpoint
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    """A keyspace root no other test uses, e.g. `/test/3f2a…`."""
+    return f"/test/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+async def etcd_client(etcd_endpoint: str) -> AsyncIterator[Any]:
+    """A connected aetcd client of the session's etcd."""
+    host, port = parse_address(etcd_endpoint)
+    client = aetcd.Client(host=host, port=port)
+    await client.connect()
+    try:
+        yield client
+    finally:
+        await client.close()
