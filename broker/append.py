@@ -193,7 +193,7 @@ class Append:
         if not stale:
             return False
         value = route.SerializeToString()
-        ok, revision = await txn(
+        _ok, revision = await txn(
             self.state.etcd,
             [
                 rpc.Compare(

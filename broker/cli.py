@@ -6,7 +6,7 @@ import asyncio
 import os
 import random
 import socket
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -31,7 +31,7 @@ def _two_words() -> str:
     return f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}-{random.randrange(1000, 9999)}"
 
 
-class LogFormat(str, Enum):
+class LogFormat(StrEnum):
     text = "text"
     json = "json"
 
@@ -39,6 +39,9 @@ class LogFormat(str, Enum):
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gazette"
+
+
+DEFAULT_STATE_DIR = _default_state_dir()
 
 
 @app.callback()
@@ -71,7 +74,7 @@ def serve(
                                      help="etcd to use. Unset: an etcd at http://localhost:2379 (see "
                                           "--etcd.embedded-port) if one answers, else an embedded one started there."),
     etcd_port: int = typer.Option(2379, "--etcd.embedded-port", envvar="ETCD_EMBEDDED_PORT",
-                                  help="Client port of the local etcd looked for, or embedded, without --etcd.address."),
+                                  help="Client port of the local etcd to use or embed, without --etcd.address."),
     etcd_peer_port: int = typer.Option(2380, "--etcd.embedded-peer-port", envvar="ETCD_EMBEDDED_PEER_PORT",
                                        help="Peer port of an embedded etcd."),
     etcd_prefix: str = typer.Option("/gazette/cluster", "--etcd.prefix", envvar="ETCD_PREFIX",
@@ -80,7 +83,7 @@ def serve(
                                      help="TTL in seconds of the broker's etcd lease."),
     watch_delay: float = typer.Option(0.03, "--broker.watch-delay", envvar="BROKER_WATCH_DELAY",
                                       help="Seconds to batch etcd watch events before applying them."),
-    state_dir: Path = typer.Option(_default_state_dir(), "--broker.state-dir", envvar="BROKER_STATE_DIR",
+    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--broker.state-dir", envvar="BROKER_STATE_DIR",
                                    help="Directory for spools and the embedded etcd's data."),
     log_level: str = typer.Option("info", "--log.level", envvar="LOG_LEVEL",
                                   help="Logging level: debug, info, warn, error."),

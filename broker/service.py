@@ -59,7 +59,7 @@ class JournalService(pb_grpc.JournalServicer):
 
     # --- List and Apply --------------------------------------------------------------------
 
-    async def List(  # noqa: N802
+    async def List(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
         try:
@@ -97,7 +97,7 @@ class JournalService(pb_grpc.JournalServicer):
                 yield pb.ListResponse()  # Ends this snapshot.
             await keyspace.wait_for_change()
 
-    async def Apply(  # noqa: N802
+    async def Apply(
         self, request: pb.ApplyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ApplyResponse:
         try:
@@ -129,7 +129,7 @@ class JournalService(pb_grpc.JournalServicer):
 
     # --- Read --------------------------------------------------------------------------------
 
-    async def Read(  # noqa: N802
+    async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
         try:
@@ -171,7 +171,7 @@ class JournalService(pb_grpc.JournalServicer):
 
     # --- Append ------------------------------------------------------------------------------
 
-    async def Append(  # noqa: N802
+    async def Append(
         self, request_iterator: AsyncIterator[pb.AppendRequest], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         try:
@@ -217,7 +217,7 @@ class JournalService(pb_grpc.JournalServicer):
 
     # --- Replicate ---------------------------------------------------------------------------
 
-    async def Replicate(  # noqa: N802
+    async def Replicate(
         self, request_iterator: AsyncIterator[pb.ReplicateRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReplicateResponse]:
         try:
@@ -228,7 +228,7 @@ class JournalService(pb_grpc.JournalServicer):
 
     # --- Fragments ---------------------------------------------------------------------------
 
-    async def ListFragments(  # noqa: N802
+    async def ListFragments(
         self, request: pb.FragmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FragmentsResponse:
         try:
@@ -269,7 +269,7 @@ class JournalService(pb_grpc.JournalServicer):
                 entry.signed_url = await self.sign_url(fragment, ttl)
         return out
 
-    async def FragmentStoreHealth(  # noqa: N802
+    async def FragmentStoreHealth(
         self, request: pb.FragmentStoreHealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.FragmentStoreHealthResponse:
         try:

@@ -1,1 +1,1 @@
-"""TODO"""
+"""gazctl: the command-line tool of Gazette in Python (typer + rich)."""

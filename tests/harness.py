@@ -41,7 +41,7 @@ class BrokerProcess:
         if etcd:
             args += ["--etcd.address", etcd]
         env = {k: v for k, v in os.environ.items() if k != "ETCD_ADDRESS"}
-        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
 
     @property

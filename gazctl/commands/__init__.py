@@ -1,1 +1,1 @@
-"""TODO"""
+"""gazctl sub-commands, one module per command group."""

@@ -1,1 +1,1 @@
-"""TODO"""
+"""Hierarchical YAML spec trees: strict decoding, flattening and hoisting."""

@@ -48,13 +48,13 @@ def parse_duration(text: str) -> int:
         if not unit:
             raise DurationError(f"missing unit in duration {text!r}")
         if unit not in _UNITS:
-            raise DurationError(f"unknown unit {unit!r} in duration {text!r} (valid units: ns, us, ms, s, m, h)")
+            raise DurationError(f"unknown unit {unit!r} in duration {text!r}")
         scale = _UNITS[unit]
         total += int(whole or "0") * scale
         if frac:
             total += int(frac) * scale // 10 ** len(frac)
         if total > _MAX_NS + (1 if negative else 0):
-            raise DurationError(f"invalid duration {text!r} (overflows int64 nanoseconds)")
+            raise DurationError(f"duration {text!r} overflows int64 nanoseconds")
         s = s[m.end() :]
     return -total if negative else total
 

@@ -323,8 +323,9 @@ def _validate_change(node: Node, flat: FlatSpec) -> None:
     try:
         validate_apply_request(pb.ApplyRequest(changes=[change(flat)]))
     except ValidationError as err:
-        # Drop the `Changes[0]` context: the node names the change.
-        message = str(ValidationError(err.message, err.context[1:]))
+        # Drop the `Changes[0].Upsert` context: the message names the change.
+        context = [c for c in err.context[1:2] if c not in ("Upsert", "Delete")] + list(err.context[2:])
+        message = str(ValidationError(err.message, context))
         what = "delete of" if flat.delete else "spec of"
         key = "revision" if "ExpectModRevision" in message else "name"
         raise node.error(f"invalid {what} journal {flat.spec.name!r}: {message}", key) from None

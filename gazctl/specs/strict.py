@@ -117,7 +117,7 @@ def duration(value: Any, at: At) -> int:
     try:
         return parse_duration(str(value))
     except DurationError as err:
-        raise at.error(f"{err} (expected a duration such as 90s, 10m or 1h30m)") from None
+        raise at.error(f"{err}; expected a Go duration such as 90s, 10m or 1h30m (units ns, us, ms, s, m, h)") from None
 
 
 def enum(value: Any, at: At, names: Mapping[str, int], allow_number: bool) -> int:

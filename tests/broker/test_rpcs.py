@@ -164,15 +164,16 @@ def test_flags(stub: pb_grpc.JournalStub) -> None:
     assert append(stub, "flags/wo", b"yes").status == pb.OK
     [first] = list(stub.Read(pb.ReadRequest(journal="flags/wo")))
     assert first.status == pb.NOT_ALLOWED
-    assert list(stub.Read(pb.ReadRequest(journal="flags/ro")))[0].status == pb.OFFSET_NOT_YET_AVAILABLE
+    assert next(iter(stub.Read(pb.ReadRequest(journal="flags/ro")))).status == pb.OFFSET_NOT_YET_AVAILABLE
 
 
 def test_suspend_and_resume(stub: pb_grpc.JournalStub) -> None:
     create(stub, "suspend/j")
     assert append(stub, "suspend/j", b"data").status == pb.OK
-    # Suspending with content is not allowed; an empty SUSPEND_NOW suspends.
-    assert append(stub, "suspend/j", b"x", suspend=AS.SUSPEND_NOW).status == pb.NOT_ALLOWED
-    assert append(stub, "suspend/j", suspend=AS.SUSPEND_NOW).status == pb.OK
+    # Content is not allowed with a suspending mode. An empty SUSPEND_NOW suspends the journal
+    # and, as in Gazette, answers SUSPENDED once it is.
+    assert append(stub, "suspend/j", b"x", suspend=AS.SUSPEND_KEEP).status == pb.NOT_ALLOWED
+    assert append(stub, "suspend/j", suspend=AS.SUSPEND_NOW).status == pb.SUSPENDED
 
     def level() -> int:
         [j] = [j for r in stub.List(pb.ListRequest(selector=selector(name="suspend/j"))) for j in r.journals]
@@ -185,6 +186,17 @@ def test_suspend_and_resume(stub: pb_grpc.JournalStub) -> None:
     assert resumed.status == pb.OK and resumed.commit.begin == 4
     assert level() == pb.JournalSpec.Suspend.NONE
     assert read_all(stub, "suspend/j") == b"datamore"
+
+
+def test_full_suspend_of_empty_journal(stub: pb_grpc.JournalStub) -> None:
+    create(stub, "suspend/empty")
+    # An empty journal suspends fully: it then has no replicas at all.
+    assert append(stub, "suspend/empty", suspend=AS.SUSPEND_IF_FLUSHED).status == pb.SUSPENDED
+    [resp] = list(stub.Read(pb.ReadRequest(journal="suspend/empty")))
+    assert resp.status == pb.SUSPENDED
+    assert append(stub, "suspend/empty", b"x", suspend=AS.SUSPEND_NO_RESUME).status == pb.SUSPENDED
+    resumed = append(stub, "suspend/empty", b"wake")
+    assert resumed.status == pb.OK and resumed.commit.begin == 0
 
 
 def test_unknown_journal(stub: pb_grpc.JournalStub) -> None:

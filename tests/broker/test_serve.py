@@ -59,7 +59,17 @@ def test_embedded_etcd_and_second_broker(tmp_path: Path, monkeypatch: pytest.Mon
             (m.zone, m.suffix)
             for r in stub.List(pb.ListRequest()) for j in r.journals for m in j.route.members
         ]
+        # An append through either broker replicates to both, and both serve it.
+        for i in range(3):
+            resp = stub.Append(iter([pb.AppendRequest(journal="embedded/j"),
+                                     pb.AppendRequest(content=f"line {i}\n".encode()), pb.AppendRequest()]))
+            assert resp.status == pb.OK, resp
     assert sorted(members) == sorted([("local", first.broker_id), ("local", second.broker_id)])
+    for broker in (first, second):
+        channel, stub = broker.stub()
+        with channel:
+            content = b"".join(r.content for r in stub.Read(pb.ReadRequest(journal="embedded/j", do_not_proxy=True)))
+        assert content == b"line 0\nline 1\nline 2\n"
 
     assert second.stop(signal.SIGTERM) == 0
     assert first.stop(signal.SIGTERM) == 0

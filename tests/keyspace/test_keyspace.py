@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,14 @@ async def test_watch_survives_etcd_restart(tmp_path: Path) -> None:
         await proc.stop_async()
         proc.start()
         await asyncio.to_thread(proc.wait_ready)
-        put = await client.put(item_key("/r", "after").encode(), pb.JournalSpec(name="after").SerializeToString())
+        # The client's channel reconnects with a backoff of its own.
+        for _ in range(100):
+            with contextlib.suppress(aetcd.exceptions.ConnectionFailedError):
+                put = await client.put(
+                    item_key("/r", "after").encode(), pb.JournalSpec(name="after").SerializeToString()
+                )
+                break
+            await asyncio.sleep(0.1)
         await asyncio.wait_for(keyspace.wait_for_revision(put.header.revision), 15)
         assert "after" in keyspace.journals
     finally:

@@ -1,0 +1,33 @@
+"""The `gazctl` command-line tool: its root command, shared options, and `main()`."""
+
+from __future__ import annotations
+
+import typer
+
+from gazctl.commands import journals
+from gazctl.commands.common import BrokerAddressOption, GlobalOptions, LogFormatOption, LogLevelOption
+
+app = typer.Typer(
+    name="gazctl",
+    help="gazctl is a command-line tool for interacting with Gazette brokers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(journals.app, name="journals")
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    broker_address: BrokerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """gazctl is a command-line tool for interacting with Gazette brokers."""
+    ctx.obj = GlobalOptions(broker_address, log_level, log_format)
+
+
+def main() -> None:
+    """Run gazctl on the process's arguments."""
+    app()
