@@ -493,6 +493,7 @@ class _Connection(asyncio.Protocol):
         if self.must_close or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
             return False
         h.start_next_cycle()
+        self._body_rest = b""
         return True
 
     async def _next_event(self) -> h11.Event | type[h11.PAUSED]:
