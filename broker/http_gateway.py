@@ -152,9 +152,7 @@ class HttpGateway:
         else:
             await conn.error(400, f"unknown method: {method}")
 
-    async def _serve_read(
-        self, conn: _Connection, method: str, path: str, query: str, metadata: _Metadata
-    ) -> None:
+    async def _serve_read(self, conn: _Connection, method: str, path: str, query: str, metadata: _Metadata) -> None:
         req = pb.ReadRequest(journal=path[1:], metadata_only=method == "HEAD")
         try:
             req.offset, req.block = _read_params(query)
@@ -274,8 +272,7 @@ class HttpGateway:
             sending = await _send(call, pb.AppendRequest(content=chunk))
         # An empty chunk commits; it is sent only once the whole body has arrived.
         if sending and await _send(call, pb.AppendRequest()):
-            with contextlib.suppress(asyncio.InvalidStateError):
-                await call.done_writing()
+            await call.done_writing()
         try:
             resp: pb.AppendResponse = await call
         except grpc.aio.AioRpcError as err:
@@ -323,7 +320,6 @@ class HttpGateway:
         return headers
 
 
-
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: h11 parses and frames, a task answers its requests in turn."""
 
@@ -341,6 +337,7 @@ class _Connection(asyncio.Protocol):
         self._lost = False
         self._discarding = False
         self._body_rest = b""  # Body bytes received beyond what read_body returned.
+        self._reading_body = False
         self._method = ""
         self.must_close = False
 
@@ -369,7 +366,12 @@ class _Connection(asyncio.Protocol):
         if not self._discarding:
             self._h11.receive_data(b"")
         self._readable.set()
-        return True  # Keep the connection open to send the response of a half-closed request.
+        responding = self._h11.our_state in (h11.SEND_RESPONSE, h11.SEND_BODY)
+        if responding and not self._reading_body and self._task is not None:
+            # As in Go's net/http, a client that ends its side while its response is due has gone
+            # away: stop its RPC (a blocking read would otherwise wait on forever).
+            self._task.cancel()
+        return True  # Keep the transport, to close it in order.
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -434,11 +436,15 @@ class _Connection(asyncio.Protocol):
             self._send(h11.InformationalResponse(status_code=100, headers=[]))
         chunks = [self._body_rest] if self._body_rest else []
         n = len(self._body_rest)
-        while n < size and self._h11.their_state is h11.SEND_BODY:
-            event = await self._next_event()
-            if isinstance(event, h11.Data):
-                chunks.append(event.data)
-                n += len(event.data)
+        self._reading_body = True
+        try:
+            while n < size and self._h11.their_state is h11.SEND_BODY:
+                event = await self._next_event()
+                if isinstance(event, h11.Data):
+                    chunks.append(event.data)
+                    n += len(event.data)
+        finally:
+            self._reading_body = False
         body = b"".join(chunks)
         body, self._body_rest = body[:size], body[size:]
         return body or None

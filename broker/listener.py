@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 import weakref
 from collections.abc import Callable
 
@@ -29,6 +30,10 @@ RELAY_HIGH_WATER = 4 << 20
 UNIX_SOCKET_BUFFER = 4 << 20
 """SO_SNDBUF and SO_RCVBUF of the relay's unix socket; unix sockets do not autotune theirs."""
 
+# From Python 3.12 a transport queues what it could not send as views of the caller's buffer,
+# where 3.11 copies it.
+_WRITE_KEEPS_VIEWS = sys.version_info >= (3, 12)
+
 
 class OnePortListener:
     """Accepts TCP connections on (host, port) and routes each to gRPC or to HTTP/1.1."""
@@ -44,6 +49,9 @@ class OnePortListener:
         # Every accepted connection, for close(). Weak: a closed one must not linger here.
         self._accepted: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
         self._pending: set[asyncio.Task[None]] = set()
+        # The one buffer all relays receive into: each read is written on before the next one,
+        # so connections cost no buffer memory of their own.
+        self.read_buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
 
     @property
     def port(self) -> int:
@@ -63,9 +71,7 @@ class OnePortListener:
             port = server.sockets[0].getsockname()[1]
             server.close()
             await server.wait_closed()
-            server = await loop.create_server(
-                lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024
-            )
+            server = await loop.create_server(lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024)
         self._server = server
         self._port = server.sockets[0].getsockname()[1]
 
@@ -152,8 +158,8 @@ class _Relay:
 
     def __init__(self, listener: OnePortListener, client: asyncio.Transport) -> None:
         self._listener = listener
-        self.front = _Pipe(self)
-        self.back = _Pipe(self)
+        self.front = _Pipe(self, listener)
+        self.back = _Pipe(self, listener)
         self.front.peer, self.back.peer = self.back, self.front
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # No reads until the server side exists to take them.
@@ -165,15 +171,17 @@ class _Relay:
     async def connect(self, initial: bytes) -> None:
         """Connect to the grpc server, forward `initial`, then relay both ways."""
         loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock: socket.socket | None = None
         try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SOCKET_BUFFER)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_SOCKET_BUFFER)
             sock.setblocking(False)
             await loop.sock_connect(sock, self._listener.grpc_unix_path)
             await loop.create_unix_connection(lambda: self.back, sock=sock)
         except BaseException as exc:
-            sock.close()
+            if sock is not None:
+                sock.close()
             self.front.mark_back_failed()
             if not isinstance(exc, OSError):
                 raise
@@ -213,12 +221,12 @@ class _Pipe(asyncio.BufferedProtocol):
 
     peer: _Pipe
 
-    def __init__(self, relay: _Relay) -> None:
+    def __init__(self, relay: _Relay, listener: OnePortListener) -> None:
         self._relay = relay
+        self._listener = listener
         self.transport: asyncio.Transport | None = None
         self.eof = False
         self.closed = False
-        self._buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -227,17 +235,16 @@ class _Pipe(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=RELAY_HIGH_WATER)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buffer
+        return self._listener.read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         out = self.peer.transport
         if out is None or self.peer.closed:
             return
-        out.write(self._buffer[:nbytes])
-        if out.get_write_buffer_size():
-            # The transport kept part of the write queued, and may hold a view of our buffer
-            # (Python >= 3.12 queues memoryviews without copying), so read into a fresh one.
-            self._buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
+        out.write(self._listener.read_buffer[:nbytes])
+        if _WRITE_KEEPS_VIEWS and out.get_write_buffer_size():
+            # The transport queued a view of the shared buffer: the next read needs another.
+            self._listener.read_buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
 
     def eof_received(self) -> bool:
         self.eof = True

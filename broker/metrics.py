@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-APPEND_BYTES = Counter(
-    "gazette_append_bytes_total", "Bytes committed by Append RPCs, by journal.", ["journal"]
-)
-APPEND_REQUESTS = Counter(
-    "gazette_append_requests_total", "Append RPCs that committed, by journal.", ["journal"]
-)
+APPEND_BYTES = Counter("gazette_append_bytes_total", "Bytes committed by Append RPCs, by journal.", ["journal"])
+APPEND_REQUESTS = Counter("gazette_append_requests_total", "Append RPCs that committed, by journal.", ["journal"])
 READ_BYTES = Counter("gazette_read_bytes_total", "Content bytes served by Read RPCs, by journal.", ["journal"])
 READ_REQUESTS = Counter("gazette_read_requests_total", "Read RPCs started, by journal.", ["journal"])
 FRAGMENTS_PERSISTED = Counter(
@@ -24,6 +20,7 @@ FRAGMENT_PERSISTED_BYTES = Counter(
     ["journal"],
 )
 HTTP_REQUESTS = Counter(
-    "gazette_http_requests_total", "HTTP requests answered by the gateway, by method and status code.",
+    "gazette_http_requests_total",
+    "HTTP requests answered by the gateway, by method and status code.",
     ["method", "code"],
 )

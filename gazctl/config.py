@@ -36,15 +36,21 @@ def find_ini(cwd: Path, home: Path) -> Path | None:
 
 def read_ini_option(path: Path, section: str, key: str) -> str | None:
     """Return option `key` of `section` in an INI file (names match case-insensitively), or None."""
-    parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0")
     try:
-        parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
-    except configparser.Error as err:
-        line = getattr(err, "lineno", None)
-        where = f"{path}:{line}" if line else str(path)
-        raise ConfigError(f"{where}: invalid INI file: {err.message}") from None
+        content = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read INI file: {err}") from None
+    parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0")
+    try:
+        # Options before any section belong to none we read; a leading header keeps them legal.
+        parser.read_string("[\0top]\n" + content, source=str(path))
+    except configparser.ParsingError as err:
+        line = err.errors[0][0] - 1 if err.errors else 1
+        lines = content.splitlines()
+        bad = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        raise ConfigError(f"{path}:{line}: invalid INI file: cannot parse {bad!r}") from None
+    except configparser.Error as err:
+        raise ConfigError(f"{path}: invalid INI file: {err.message}") from None
     matched = next((s for s in parser.sections() if s.lower() == section.lower()), None)
     if matched is None or not parser.has_option(matched, key):
         return None

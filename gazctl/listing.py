@@ -62,9 +62,7 @@ def to_yaml(resp: pb.ListResponse) -> str:
 
 def to_json(resp: pb.ListResponse) -> str:
     """Return one JSON object of the response: proto field names, defaults included, in field order."""
-    doc = json_format.MessageToDict(
-        resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
+    doc = json_format.MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     return json.dumps(_in_field_order(resp.DESCRIPTOR, doc))
 
 

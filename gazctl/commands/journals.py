@@ -89,9 +89,7 @@ def list_command(
 @app.command("apply")
 def apply_command(
     ctx: typer.Context,
-    specs: Annotated[
-        str, typer.Option("--specs", help="Journalspace YAML file to apply, or '-' for stdin")
-    ] = "-",
+    specs: Annotated[str, typer.Option("--specs", help="Journalspace YAML file to apply, or '-' for stdin")] = "-",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the ApplyRequest (proto text) instead of applying it")
     ] = False,

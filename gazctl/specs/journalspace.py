@@ -35,6 +35,7 @@ from broker.protocol.validation import (
     validate_journal,
     validate_label_set,
 )
+from gazctl.errors import SpecError
 from gazctl.specs import journalspec, strict
 from gazctl.specs.durations import format_duration, from_proto, to_proto
 from gazctl.specs.strict import At
@@ -116,10 +117,10 @@ class Node:
         """Whether the node is a directory: its name is empty or ends in `/`."""
         return not self.spec.name or self.spec.name.endswith("/")
 
-    def error(self, message: str, key: str = "name") -> Exception:
-        """Return an error at this node's `key` (or the node), or a plain ValueError if not decoded."""
-        at = self.fields_at.get(key) or self.at
-        return at.error(message) if at else ValueError(f"{self.spec.name or '<root>'}: {message}")
+    def error(self, message: str, key: str = "name") -> SpecError:
+        """Return an error at this node's `key` (or the node); a node built in code is `<tree>:0:0`."""
+        at = self.fields_at.get(key) or self.at or At("<tree>", 0, 0, self.spec.name or "<root>")
+        return at.error(message)
 
 
 class FlatSpec(NamedTuple):
@@ -257,9 +258,7 @@ def validate_tree(node: Node) -> None:
     except ValidationError as err:
         raise node.error(f"invalid journal name: {err}") from None
     if node.children:
-        raise node.error(
-            f"journal {node.name!r} cannot have children (a directory's name ends in '/')", "children"
-        )
+        raise node.error(f"journal {node.name!r} cannot have children (a directory's name ends in '/')", "children")
 
 
 def push_down(root: Node) -> Node:

@@ -1,10 +1,11 @@
 """Benchmark of the one-port listener's gRPC relay.
 
-Streams 1 MiB messages over a grpc.aio client stream to a grpc.aio server, directly on its unix
-socket (the baseline) and through OnePortListener's TCP port, and prints throughput and the
-ratio of the two. Client, server and relay share one process and event loop, as in the broker.
+Streams 1 MiB messages over a grpc.aio client stream to a grpc.aio server: directly on its unix
+socket (the baseline), directly on a TCP port of its own (for reference), and through
+OnePortListener's TCP port. Prints throughput and the relayed/direct ratio. Client, server and
+relay share one process and event loop, as in the broker.
 
-    python tests/benchmarks/bench_listener.py [--mib 2048] [--size 1048576] [--rounds 3]
+    python -m tests.benchmarks.bench_listener [--mib 2048] [--size 1048576] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ async def _sink(requests: object, context: grpc.aio.ServicerContext) -> bytes:
 
 
 def _handler() -> grpc.GenericRpcHandler:
-    return grpc.method_handlers_generic_handler(
-        "bench.Bench", {"Sink": grpc.stream_unary_rpc_method_handler(_sink)}
-    )
+    return grpc.method_handlers_generic_handler("bench.Bench", {"Sink": grpc.stream_unary_rpc_method_handler(_sink)})
 
 
 async def _stream(target: str, size: int, count: int) -> float:
@@ -63,12 +62,17 @@ async def main(total_mib: int, size: int, rounds: int) -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
         server.add_generic_rpc_handlers([_handler()])
         server.add_insecure_port(f"unix:{path}")
+        tcp_port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         listener = OnePortListener("127.0.0.1", 0, path, _no_http)
         await listener.start()
 
         count = max(1, (total_mib << 20) // size)
-        targets = {"direct unix socket": f"unix:{path}", "via OnePortListener": f"127.0.0.1:{listener.port}"}
+        targets = {
+            "direct unix socket": f"unix:{path}",
+            "direct TCP": f"127.0.0.1:{tcp_port}",
+            "via OnePortListener": f"127.0.0.1:{listener.port}",
+        }
         await _stream(targets["direct unix socket"], size, 8)  # Warm up.
         best: dict[str, float] = {}
         for _ in range(rounds):

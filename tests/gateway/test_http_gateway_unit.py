@@ -55,9 +55,7 @@ class FakeJournals(pb_grpc.JournalServicer):
         self.aborted_appends = 0
         self.read_cancelled = asyncio.Event()
 
-    async def Read(  # noqa: N802
-        self, req: pb.ReadRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ReadResponse]:
+    async def Read(self, req: pb.ReadRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadResponse]:
         self.reads.append(req)
         self.metadata.append({k: str(v) for k, v in context.invocation_metadata() or ()})
         if req.journal == "boom/journal":
@@ -84,7 +82,9 @@ class FakeJournals(pb_grpc.JournalServicer):
                 if offset >= journal.end:
                     if not req.block:
                         yield pb.ReadResponse(
-                            status=pb.OFFSET_NOT_YET_AVAILABLE, header=header, offset=offset,
+                            status=pb.OFFSET_NOT_YET_AVAILABLE,
+                            header=header,
+                            offset=offset,
                             write_head=journal.end,
                         )
                         return
@@ -92,7 +92,10 @@ class FakeJournals(pb_grpc.JournalServicer):
                     await journal.changed.wait()
                     continue
                 frag = pb.Fragment(
-                    journal=req.journal, begin=journal.begin, end=journal.end, compression_codec=pb.NONE,
+                    journal=req.journal,
+                    begin=journal.begin,
+                    end=journal.end,
+                    compression_codec=pb.NONE,
                     mod_time=12345678 if journal.begin else 0,
                 )
                 yield pb.ReadResponse(header=header, offset=offset, write_head=journal.end, fragment=frag)
@@ -108,7 +111,7 @@ class FakeJournals(pb_grpc.JournalServicer):
             self.read_cancelled.set()
             raise
 
-    async def Append(  # noqa: N802
+    async def Append(
         self, requests: AsyncIterator[pb.AppendRequest], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         self.metadata.append({k: str(v) for k, v in context.invocation_metadata() or ()})
@@ -132,7 +135,10 @@ class FakeJournals(pb_grpc.JournalServicer):
         journal.data += content
         journal.changed.set()
         commit = pb.Fragment(
-            journal=first.journal, begin=begin, end=journal.end, compression_codec=pb.NONE,
+            journal=first.journal,
+            begin=begin,
+            end=journal.end,
+            compression_codec=pb.NONE,
             sum=sha1sum_from_digest(hashlib.sha1(content).digest()),
         )
         return pb.AppendResponse(status=pb.OK, header=HEADER, commit=commit, registers=pb.LabelSet())
@@ -389,12 +395,8 @@ async def test_query_parameters(gateway: Gateway) -> None:
     assert gateway.fake.reads[-1].offset == 0 and not gateway.fake.reads[-1].block
 
     assert_error(await fetch(port, "GET", "/a/journal?extra=1"), 400, 'schema: invalid path "extra"')
-    assert_error(
-        await fetch(port, "GET", "/a/journal?offset=abc"), 400, 'schema: error converting value for "offset"'
-    )
-    assert_error(
-        await fetch(port, "GET", "/a/journal?block=maybe"), 400, 'schema: error converting value for "block"'
-    )
+    assert_error(await fetch(port, "GET", "/a/journal?offset=abc"), 400, 'schema: error converting value for "offset"')
+    assert_error(await fetch(port, "GET", "/a/journal?block=maybe"), 400, 'schema: error converting value for "block"')
     assert_error(
         await fetch(port, "GET", "/a/journal?offset=-2"),
         400,
@@ -466,7 +468,7 @@ async def test_client_disconnect_cancels_the_read(gateway: Gateway) -> None:
 
 
 async def test_client_disconnect_mid_body_aborts_the_append(gateway: Gateway) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    _, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
     writer.write(b"PUT /a/journal HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"y" * 5000)
     await writer.drain()
     await asyncio.sleep(0.2)

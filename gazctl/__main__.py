@@ -1,0 +1,5 @@
+"""`python -m gazctl` runs the gazctl command line."""
+
+from gazctl.app import main
+
+main()
