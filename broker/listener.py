@@ -182,7 +182,8 @@ class _Relay:
         except BaseException as exc:
             if sock is not None:
                 sock.close()
-            self.front.mark_back_failed()
+            if self.front.transport is not None:
+                self.front.transport.abort()  # Without a server side, the client is dropped.
             if not isinstance(exc, OSError):
                 raise
             log.warning("cannot reach the grpc server at %s: %s", self._listener.grpc_unix_path, exc)
@@ -268,11 +269,6 @@ class _Pipe(asyncio.BufferedProtocol):
             else:
                 out.abort()
         self._relay._check_done()
-
-    def mark_back_failed(self) -> None:
-        """The server side could not be connected: drop the client connection."""
-        if self.transport is not None and not self.closed:
-            self.transport.abort()
 
     def pause_writing(self) -> None:
         # Our transport is backed up: stop reading what would be written to it.
