@@ -13,11 +13,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from aetcd import rpc
-
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
-from broker.keyspace import item_key, txn
+from broker.keyspace import compare_mod, item_key, put_op, txn
 from broker.pipeline import Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
 from broker.replica import Replica, maybe_roll_fragment
@@ -195,15 +193,8 @@ class Append:
         value = route.SerializeToString()
         _ok, revision = await txn(
             self.state.etcd,
-            [
-                rpc.Compare(
-                    key=a.key.encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
-                    mod_revision=a.mod_revision,
-                )
-                for a in assignments
-            ],
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=a.key.encode(), value=value, ignore_lease=True))
-             for a in stale],
+            [compare_mod(a.key, a.mod_revision) for a in assignments],
+            [put_op(a.key, value, ignore_lease=True) for a in stale],
             [],
         )
         await keyspace.wait_for_revision(revision)
@@ -217,18 +208,10 @@ class Append:
         spec.suspend.level = level  # type: ignore[assignment]
         spec.suspend.offset = offset
         keyspace = self.state.keyspace
-        key = item_key(self.state.root, self.journal).encode()
-        compares = [rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
-                                mod_revision=res.mod_revision)]
-        compares += [
-            rpc.Compare(key=a.key.encode(), result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
-                        mod_revision=a.mod_revision)
-            for a in keyspace.assignments(self.journal)
-        ]
-        _ok, revision = await txn(
-            self.state.etcd, compares,
-            [rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=spec.SerializeToString()))], [],
-        )
+        key = item_key(self.state.root, self.journal)
+        compares = [compare_mod(key, res.mod_revision)]
+        compares += [compare_mod(a.key, a.mod_revision) for a in keyspace.assignments(self.journal)]
+        _ok, revision = await txn(self.state.etcd, compares, [put_op(key, spec.SerializeToString())])
         # Whether or not we won the race, re-resolve once the mirror has caught up.
         await keyspace.wait_for_revision(revision)
         self._min_revision = max(self._min_revision, revision)

@@ -7,13 +7,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn
 
 import grpc
-from aetcd import rpc
 
 from broker import metrics
 from broker.append import Append, readable
 from broker.errors import BrokerError
 from broker.fragment import Fragment
-from broker.keyspace import item_key, txn
+from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
 from broker.protocol.validation import (
@@ -108,17 +107,13 @@ class JournalService(pb_grpc.JournalServicer):
         compares, ops = [], []
         for change in request.changes:
             name = change.upsert.name if change.HasField("upsert") else change.delete
-            key = item_key(root, name).encode()
+            key = item_key(root, name)
             if change.expect_mod_revision != -1:
-                compares.append(
-                    rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD,
-                                mod_revision=change.expect_mod_revision)
-                )
+                compares.append(compare_mod(key, change.expect_mod_revision))
             if change.HasField("upsert"):
-                ops.append(rpc.RequestOp(request_put=rpc.PutRequest(
-                    key=key, value=change.upsert.SerializeToString())))
+                ops.append(put_op(key, change.upsert.SerializeToString()))
             else:
-                ops.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+                ops.append(delete_op(key))
         ok, revision = await txn(self.state.etcd, compares, ops, [])
         if not ok:
             return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED, header=self.state.resolver.header())
