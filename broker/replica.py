@@ -43,6 +43,8 @@ class Replica:
         self._persister = persister
         self.spool = Spool(journal, self, spool_dir)
         self.closed = False
+        self.refresh_requested = asyncio.Event()
+        """Set to list the journal's stores now rather than at the next refresh_interval."""
         self._tasks: list[asyncio.Task[None]] = []
 
     # SpoolObserver.
@@ -62,7 +64,32 @@ class Replica:
             self.index.replace_remote(CoverSet())
 
     def update_spec(self, spec: pb.JournalSpec) -> None:
+        if list(spec.fragment.stores) != list(self.spec.fragment.stores):
+            self.request_refresh()
         self.spec = spec
+
+    def request_refresh(self) -> None:
+        """Ask the refresh loop to list the journal's stores now (e.g. after a persist)."""
+        self.refresh_requested.set()
+
+    async def flush(self) -> None:
+        """Roll the spool so its content is handed to the persister, as a broker does on exit.
+
+        The roll is local: the pipeline is torn down first, and peers roll their own spools.
+        """
+        async with self.lock:
+            if self.pipeline is not None:
+                pipeline, self.pipeline = self.pipeline, None
+                await pipeline.close()
+            spool = self.spool
+            if spool.fragment.content_length == 0:
+                return
+            end = spool.fragment.end
+            proposal = pb.Fragment(
+                journal=self.journal, begin=end, end=end, sum=pb.SHA1Sum(),
+                compression_codec=self.spec.fragment.compression_codec or pb.NONE,
+            )
+            spool.apply(pb.ReplicateRequest(proposal=proposal, registers=spool.registers, acknowledge=True))
 
     async def close(self) -> None:
         """Tear down the pipeline and stop background work; blocked reads wake and end."""

@@ -14,14 +14,28 @@ from pathlib import Path
 import grpc
 
 from broker.http_gateway import HttpGateway
-from broker.keyspace import Announcement, KeySpace, member_key, open_etcd, run_allocator
+from broker.keyspace import (
+    Announcement,
+    KeySpace,
+    compare_mod,
+    item_key,
+    member_key,
+    open_etcd,
+    put_op,
+    run_allocator,
+    txn,
+)
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS, PeerDialer
+from broker.persistence import FragmentPersistence
+from broker.pipeline import same_id
 from broker.protocol import pb, pb_grpc
+from broker.pulse import run_pulses
 from broker.replica import Replica
 from broker.resolver import Resolver
 from broker.service import JournalService
 from broker.state import BrokerState
+from broker.stores import StoreRegistry
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +74,7 @@ class Broker:
         self.config = config
         self.local_id = pb.ProcessSpec.ID(zone=config.zone, suffix=config.id)
         self._stop = asyncio.Event()
+        self._force_exit = asyncio.Event()  # A second signal: exit without waiting on persists.
         self._tasks: list[asyncio.Task[None]] = []
         self._runtime_dir = tempfile.mkdtemp(prefix="gazette-broker-")
         self.grpc_path = os.path.join(self._runtime_dir, "grpc.sock")
@@ -91,6 +106,9 @@ class Broker:
         await self.listener.start()
         cfg.port = self.listener.port
 
+        self.persistence = FragmentPersistence(
+            StoreRegistry(cfg.file_root), self.keyspace, str(self.spool_dir)
+        )
         self.resolver = Resolver(self.keyspace, self.local_id, self._new_replica)
         self.state = BrokerState(
             etcd=client,
@@ -101,7 +119,13 @@ class Broker:
             max_append_rate=cfg.max_append_rate,
             max_replication=cfg.max_replication,
         )
-        pb_grpc.add_JournalServicer_to_server(JournalService(self.state), self.grpc_server)
+        service = JournalService(
+            self.state,
+            open_remote=self.persistence.open_remote,
+            sign_url=self.persistence.sign_url,
+            store_health=self.persistence.store_health,
+        )
+        pb_grpc.add_JournalServicer_to_server(service, self.grpc_server)
         await self.grpc_server.start()
 
         spec = pb.BrokerSpec(
@@ -124,14 +148,15 @@ class Broker:
                 )
             )
         )
+        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._stop)))
         log.info(
             "broker serving",
             extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint},
         )
 
     def _new_replica(self, journal: str, spec: pb.JournalSpec) -> Replica:
-        replica = Replica(journal, spec, str(self.spool_dir))
-        replica.start()
+        replica = Replica(journal, spec, str(self.spool_dir), persister=self.persistence.on_complete)
+        replica.start(refresh=self.persistence.start_refresh)
         return replica
 
     def _on_lease_lost(self) -> None:
@@ -142,16 +167,25 @@ class Broker:
         """Serve until SIGTERM or SIGINT, then shut down in order."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stop.set)
+            loop.add_signal_handler(sig, self._on_signal)
         await self._stop.wait()
         await self.stop()
 
+    def _on_signal(self) -> None:
+        if self._stop.is_set():
+            log.warning("second signal: exiting without waiting for fragments to persist")
+            self._force_exit.set()
+        self._stop.set()
+
     async def stop(self) -> None:
-        """Stop taking requests, close replicas, release the member key, stop the embedded etcd."""
+        """Stop taking requests, roll and persist every spool, release the member key, stop etcd."""
         self._stop.set()
         log.info("broker stopping")
-        await self.listener.close()
-        await self.grpc_server.stop(grace=2.0)
+        await asyncio.gather(self.listener.close(), self.grpc_server.stop(grace=2.0))
+        for replica in list(self.resolver.replicas.values()):
+            await replica.flush()
+        if await self._persist_spools():
+            await self._record_write_heads()
         await self.resolver.stop()
         for task in self._tasks:
             task.cancel()
@@ -160,8 +194,63 @@ class Broker:
         await self.gateway_channel.close()
         await self.state.dialer.close()
         await self.keyspace.close()
+        await self.persistence.close()
         await self.etcd.close()
         log.info("broker stopped")
+
+    async def _persist_spools(self) -> bool:
+        """Wait until every rolled spool is persisted, reporting progress, unless forced to exit.
+
+        Returns whether everything was persisted.
+        """
+        drain = asyncio.ensure_future(self.persistence.drain())
+        force = asyncio.ensure_future(self._force_exit.wait())
+        try:
+            while not drain.done():
+                await asyncio.wait({drain, force}, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
+                pending = self.persistence.persister.pending
+                if force.done():
+                    for job in pending:
+                        log.error("fragment NOT persisted before exit", extra={"fragment": repr(job.fragment)})
+                    return False
+                if pending and not drain.done():
+                    log.warning(
+                        "still persisting before exit (signal again to exit without them)",
+                        extra={"fragments": len(pending), "error": pending[0].last_error},
+                    )
+        finally:
+            drain.cancel()
+            force.cancel()
+        return True
+
+    async def _record_write_heads(self) -> None:
+        """Record in each journal we are primary of that all content up to its head is persisted.
+
+        The journal's `suspend.offset` tells the next primary where to resume appending: Gazette's
+        append FSM rolls a spool that is behind it forward. Without this mark a restarted broker
+        would find the stores ahead of its empty spool and, like Gazette after an unclean exit,
+        refuse appends with INDEX_HAS_GREATER_OFFSET until `gazctl journals reset-head`.
+        """
+        root = self.config.etcd_prefix
+        for name, replica in self.resolver.replicas.items():
+            item = self.keyspace.journals.get(name)
+            route = self.keyspace.route(name)
+            if item is None or route.primary < 0 or not same_id(route.members[route.primary], self.local_id):
+                continue
+            head = replica.spool.fragment.end
+            if head <= item.spec.suspend.offset:
+                continue
+            spec = pb.JournalSpec()
+            spec.CopyFrom(item.spec)
+            spec.suspend.offset = head
+            key = item_key(root, name)
+            try:
+                ok, _ = await txn(self.etcd.client, [compare_mod(key, item.mod_revision)],
+                                  [put_op(key, spec.SerializeToString())])
+            except Exception as exc:  # etcd unreachable: the journal then needs reset-head.
+                ok = False
+                log.warning("recording write head failed", extra={"journal": name, "error": str(exc)})
+            log.info("recorded write head", extra={"journal": name, "offset": head, "ok": ok})
 
     async def abort(self) -> None:
         """Undo a partial start: close whatever was opened, and stop an embedded etcd."""

@@ -11,7 +11,7 @@ import grpc
 from broker import metrics
 from broker.append import Append, readable
 from broker.errors import BrokerError
-from broker.fragment import Fragment
+from broker.fragment import Fragment, FragmentError
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
@@ -27,6 +27,7 @@ from broker.protocol.validation import (
 from broker.read import RemoteOpener, URLSigner, serve_read
 from broker.replicate import serve_replicate
 from broker.state import BrokerState
+from broker.stores import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,15 @@ class JournalService(pb_grpc.JournalServicer):
         assert res.replica is not None
         journal = res.spec.name if res.spec else request.journal
         metrics.READ_REQUESTS.labels(journal).inc()
-        async for resp in serve_read(request, res.header, res.replica, self.open_remote, self.sign_url):
-            if resp.content:
-                metrics.READ_BYTES.labels(journal).inc(len(resp.content))
-            yield resp
+        try:
+            async for resp in serve_read(request, res.header, res.replica, self.open_remote, self.sign_url):
+                if resp.content:
+                    metrics.READ_BYTES.labels(journal).inc(len(resp.content))
+                yield resp
+        except (StoreError, FragmentError) as exc:
+            # A persisted fragment could not be fetched or decoded: the reader may retry later.
+            log.warning("reading persisted fragment failed", extra={"journal": journal, "error": str(exc)})
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"reading fragment of {journal}: {exc}")
 
     async def _proxy_read(self, request: pb.ReadRequest, header: pb.Header) -> AsyncIterator[pb.ReadResponse]:
         proxied = pb.ReadRequest()
@@ -261,7 +267,10 @@ class JournalService(pb_grpc.JournalServicer):
             entry = out.fragments.add()
             entry.spec.CopyFrom(fragment.spec)
             if ttl > 0 and fragment.spec.backing_store and self.sign_url is not None:
-                entry.signed_url = await self.sign_url(fragment, ttl)
+                try:
+                    entry.signed_url = await self.sign_url(fragment, ttl)
+                except StoreError as exc:
+                    await _abort(context, grpc.StatusCode.UNAVAILABLE, f"signing fragment URL: {exc}")
         return out
 
     async def FragmentStoreHealth(

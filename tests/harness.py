@@ -26,9 +26,16 @@ def free_port() -> int:
 class BrokerProcess:
     """One `gazette serve` child process, its port and its logs."""
 
-    def __init__(self, tmp: Path, etcd: str | None, prefix: str, *extra: str, broker_id: str = "") -> None:
-        self.port = free_port()
+    def __init__(
+        self, tmp: Path, etcd: str | None, prefix: str, *extra: str, broker_id: str = "", port: int | None = None
+    ) -> None:
+        # `port` restarts a broker where a stopped one listened, so clients find it again.
+        self.port = port or free_port()
         self.state_dir = tmp / f"broker-{self.port}"
+        restart = 1
+        while self.state_dir.exists():
+            self.state_dir = tmp / f"broker-{self.port}-{restart}"
+            restart += 1
         self.state_dir.mkdir(parents=True)
         self.log_path = self.state_dir / "broker.log"
         self.broker_id = broker_id or f"broker-{self.port}"

@@ -108,8 +108,12 @@ class Index:
         or that fragment was persisted over 6 hours ago; a fresher gap may be an upload still in
         flight, so the read waits for it instead. Persisted fragments modified before
         `begin_mod_time` are skipped. With nothing to serve, a non-blocking query answers
-        OFFSET_NOT_YET_AVAILABLE and a blocking one waits for the next change.
+        OFFSET_NOT_YET_AVAILABLE and a blocking one waits for the next change. Queries wait for
+        the first store listing.
         """
+        # Until the stores are first listed, the index cannot tell what exists.
+        while not self.first_refresh.is_set() and not self._closed:
+            await self.wait_for_change()
         requested = offset
         if offset == -1:
             offset = self._set.end_offset()

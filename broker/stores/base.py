@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import parse_qsl, urlparse
 
 
@@ -12,7 +12,8 @@ class StoreError(Exception):
     """A fragment store operation failed; carries the store URL and the path."""
 
     def __init__(self, message: str, store: str = "", path: str = "") -> None:
-        super().__init__(f"{store}{path}: {message}" if store else message)
+        where = f"{path} in {store}" if path else store
+        super().__init__(f"{where}: {message}" if where else message)
         self.store = store
         self.path = path
 
@@ -23,7 +24,7 @@ class StoreConfigError(StoreError):
 
 @dataclass(frozen=True)
 class StoreObject:
-    """A listed object: its path relative to the store prefix, and its modification time."""
+    """A listed object: its path relative to the listed prefix, and its modification time."""
 
     path: str
     mod_time: int
@@ -36,7 +37,7 @@ class FragmentStore(Protocol):
 
     async def list(self, prefix: str) -> list[StoreObject]: ...
     async def exists(self, path: str) -> bool: ...
-    async def put(self, path: str, source: str, content_encoding: str = "") -> None: ...
+    async def put(self, path: str, source: BinaryIO, content_encoding: str = "") -> None: ...
     def open(self, path: str) -> AsyncIterator[bytes]: ...
     async def sign_get(self, path: str, ttl: float) -> str: ...
     async def remove(self, path: str) -> None: ...

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import urlparse
 
 from broker.stores.base import StoreError, StoreObject, query_args, rewrite
@@ -30,6 +31,8 @@ class FileStore:
         return self.base / rewrite(path, self._args)
 
     async def list(self, prefix: str) -> list[StoreObject]:
+        """Objects under `prefix` (a directory path ending in `/`), with paths relative to it."""
+
         def walk() -> list[StoreObject]:
             top = self._path(prefix)
             out = []
@@ -38,8 +41,11 @@ class FileStore:
                     if name.startswith(".partial-"):
                         continue
                     full = Path(dirpath) / name
-                    rel = str(full.relative_to(self.base))
-                    out.append(StoreObject(rel, int(full.stat().st_mtime)))
+                    try:
+                        mod_time = int(full.stat().st_mtime)
+                    except FileNotFoundError:
+                        continue  # Removed while we walked.
+                    out.append(StoreObject(full.relative_to(top).as_posix(), mod_time))
             return out
 
         return await asyncio.to_thread(walk)
@@ -47,7 +53,7 @@ class FileStore:
     async def exists(self, path: str) -> bool:
         return await asyncio.to_thread(self._path(path).exists)
 
-    async def put(self, path: str, source: str, content_encoding: str = "") -> None:
+    async def put(self, path: str, source: BinaryIO, content_encoding: str = "") -> None:
         target = self._path(path)
 
         def copy() -> None:
@@ -56,8 +62,8 @@ class FileStore:
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, partial = tempfile.mkstemp(prefix=f".partial-{target.name}", dir=target.parent)
             try:
-                with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                    shutil.copyfileobj(src, out, READ_CHUNK)
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out, READ_CHUNK)
                     out.flush()
                     os.fsync(out.fileno())
                 os.rename(partial, target)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 import boto3
@@ -54,15 +54,14 @@ class S3Store:
     async def list(self, prefix: str) -> list[StoreObject]:
         def walk() -> list[StoreObject]:
             out = []
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix)
-            )
+            top = self._key(prefix)
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=top)
             for page in pages:
                 for obj in page.get("Contents", []):
                     key: str = obj["Key"]
                     if key.endswith("/"):
                         continue
-                    out.append(StoreObject(key[len(self.prefix):], int(obj["LastModified"].timestamp())))
+                    out.append(StoreObject(key[len(top):], int(obj["LastModified"].timestamp())))
             return out
 
         try:
@@ -81,7 +80,7 @@ class S3Store:
         except botocore.exceptions.BotoCoreError as exc:
             raise StoreError(str(exc), self.url, path) from exc
 
-    async def put(self, path: str, source: str, content_encoding: str = "") -> None:
+    async def put(self, path: str, source: BinaryIO, content_encoding: str = "") -> None:
         extra: dict[str, str] = {"ACL": self._args.get("ACL") or "bucket-owner-full-control"}
         for arg, key in (("storageClass", "StorageClass"), ("SSE", "ServerSideEncryption"),
                          ("SSEKMSKeyId", "SSEKMSKeyId")):
@@ -89,7 +88,7 @@ class S3Store:
                 extra[key] = self._args[arg]
         if content_encoding:
             extra["ContentEncoding"] = content_encoding
-        await self._call(path, self._client.upload_file, Filename=source, Bucket=self.bucket,
+        await self._call(path, self._client.upload_fileobj, Fileobj=source, Bucket=self.bucket,
                          Key=self._key(path), ExtraArgs=extra)
 
     async def open(self, path: str) -> AsyncIterator[bytes]:

@@ -53,6 +53,7 @@ async def test_remote_and_local_queries(spool_file: SpoolFile) -> None:
 
 async def test_growing_spool_fragment_replaces_shorter(spool_file: SpoolFile) -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 150, file=spool_file))
     ind.spool_commit(frag(100, 200, file=spool_file))
     assert [(f.begin, f.end) for f in ind.fragments()] == [(100, 200)]
@@ -61,6 +62,7 @@ async def test_growing_spool_fragment_replaces_shorter(spool_file: SpoolFile) ->
 
 async def test_remote_replaces_local(spool_file: SpoolFile) -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200, file=spool_file))
     r = await ind.query(110, block=True)
     assert r.fragment is not None and r.fragment.file is spool_file
@@ -75,6 +77,7 @@ async def test_remote_replaces_local(spool_file: SpoolFile) -> None:
 
 async def test_local_not_covered_by_listing_stays(spool_file: SpoolFile) -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200, file=spool_file))
     ind.spool_commit(frag(200, 300, file=spool_file))
     ind.replace_remote(cover(frag(100, 200, BASE_TIME)))
@@ -85,6 +88,7 @@ async def test_local_not_covered_by_listing_stays(spool_file: SpoolFile) -> None
 
 async def test_query_at_head() -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200))
     r = await ind.query(-1, block=False)
     assert (r.status, r.offset, r.write_head, r.fragment) == (pb.OFFSET_NOT_YET_AVAILABLE, 200, 200, None)
@@ -100,6 +104,7 @@ async def test_query_at_head() -> None:
 
 async def test_query_at_missing_byte_zero() -> None:
     ind = Index(clock=Clock(BASE_TIME))
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200))
     r = await ind.query(0, block=False)
     assert r.status == pb.OFFSET_NOT_YET_AVAILABLE
@@ -116,6 +121,7 @@ async def test_query_at_missing_byte_zero() -> None:
 async def test_query_at_missing_middle() -> None:
     clock = Clock(BASE_TIME)
     ind = Index(clock=clock)
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200))
     ind.spool_commit(frag(300, 400))
     assert (await ind.query(110, block=False)).status == pb.OK
@@ -170,6 +176,7 @@ async def test_query_with_begin_mod_time(offset: int, expect: tuple[int, int]) -
 
 async def test_close_wakes_blocked_queries() -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     ind.spool_commit(frag(100, 200))
     task = asyncio.create_task(ind.query(-1, block=True))
     await asyncio.sleep(0)
@@ -184,6 +191,7 @@ async def test_close_wakes_blocked_queries() -> None:
 
 async def test_cancelled_query() -> None:
     ind = Index()
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
     task = asyncio.create_task(ind.query(0, block=True))
     await asyncio.sleep(0)
     task.cancel()
@@ -209,3 +217,13 @@ async def test_wait_for_change_and_first_refresh() -> None:
 
     ind.close()
     assert await asyncio.wait_for(ind.wait_for_change(), 1) == ind.version
+
+
+async def test_query_waits_for_the_first_listing() -> None:
+    ind = Index()
+    query = asyncio.ensure_future(ind.query(0, block=False))
+    await asyncio.sleep(0.01)
+    assert not query.done()  # Before the stores are listed, "nothing there yet" would be a guess.
+    ind.replace_remote(cover(frag(0, 100, BASE_TIME)))
+    r = await asyncio.wait_for(query, 1)
+    assert r.status == pb.OK and r.fragment is not None and r.fragment.end == 100

@@ -1,0 +1,95 @@
+"""Pulses: zero-byte appends the primary makes to its journals so that idle fragments roll.
+
+Without client traffic nothing would close a fragment at its flush_interval boundary, so the
+primary appends nothing every minute, and just after each boundary of a journal holding
+unpersisted content; the append FSM then rolls the spool as it would for a client append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from broker.append import Append
+from broker.pipeline import same_id
+from broker.protocol import pb
+from broker.state import BrokerState
+
+log = logging.getLogger(__name__)
+
+PULSE_INTERVAL = 60.0
+BOUNDARY_SLACK = 0.05  # Seconds past a flush boundary, so the FSM sees the new window.
+# How often spools are looked at: a fragment that starts after a look is noticed by the next.
+SCAN_INTERVAL = 1.0
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover - makes this an async generator
+
+
+async def pulse(state: BrokerState, journal: str) -> int:
+    """Append zero bytes to `journal` through the append FSM; return the response status."""
+    append = Append(state, pb.AppendRequest(journal=journal, do_not_proxy=True))
+    await append.prepare()
+    if append.response is not None:
+        return append.response.status
+    if append.proxy is not None:
+        return pb.NOT_JOURNAL_PRIMARY_BROKER
+    return (await append.stream(_nothing())).status
+
+
+def _next_boundary(first_append_time: float, flush: int) -> float:
+    return (int(first_append_time) // flush + 1) * flush + BOUNDARY_SLACK
+
+
+async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
+    """Pulse every journal this broker is primary of, until `stop` is set."""
+    last_pulse: dict[str, float] = {}
+    pulsed_boundary: dict[str, float] = {}  # Pulse each boundary once, even if no roll follows.
+    running: dict[str, asyncio.Task[int]] = {}
+    while not stop.is_set():
+        now = time.time()
+        wake = now + SCAN_INTERVAL
+        for name, replica in list(state.resolver.replicas.items()):
+            route = state.keyspace.route(name)
+            if route.primary < 0 or not same_id(route.members[route.primary], state.resolver.local_id):
+                continue
+            spool = replica.spool
+            flush = replica.spec.fragment.flush_interval.seconds
+            boundary = None
+            if flush > 0 and spool.first_append_time is not None and spool.fragment.content_length:
+                boundary = _next_boundary(spool.first_append_time, flush)
+            at_boundary = boundary is not None and boundary <= now and pulsed_boundary.get(name) != boundary
+            due = at_boundary or now - last_pulse.get(name, 0.0) >= PULSE_INTERVAL
+            if due and name not in running:
+                last_pulse[name] = now
+                if at_boundary and boundary is not None:
+                    pulsed_boundary[name] = boundary
+                task = asyncio.get_running_loop().create_task(pulse(state, name))
+                running[name] = task
+                task.add_done_callback(lambda t, n=name: _pulse_done(running, n, t))  # type: ignore[misc]
+            elif boundary is not None and boundary > now:
+                wake = min(wake, boundary)
+        for name in list(last_pulse):
+            if name not in state.resolver.replicas:
+                del last_pulse[name]
+                pulsed_boundary.pop(name, None)
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.05, wake - time.time()))
+        except TimeoutError:
+            pass
+    for task in list(running.values()):
+        task.cancel()
+    await asyncio.gather(*running.values(), return_exceptions=True)
+
+
+def _pulse_done(running: dict[str, asyncio.Task[int]], name: str, task: asyncio.Task[int]) -> None:
+    running.pop(name, None)
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.debug("pulse failed", extra={"journal": name, "error": str(exc)})

@@ -1,0 +1,56 @@
+"""Store registry: one FragmentStore (and its health checker) per store URL, built on first use."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlparse
+
+from broker.stores.base import FragmentStore, StoreConfigError
+from broker.stores.file import FileStore
+from broker.stores.health import StoreHealth
+from broker.stores.s3 import S3Store
+
+SCHEMES = ("file", "s3")
+
+
+class StoreRegistry:
+    """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`) and caches them."""
+
+    def __init__(self, file_root: str = "") -> None:
+        self.file_root = file_root
+        self._stores: dict[str, FragmentStore] = {}
+        self._health: dict[str, StoreHealth] = {}
+
+    def get(self, url: str) -> FragmentStore:
+        """The store of `url`; raises StoreConfigError for an unsupported scheme or bad arguments."""
+        store = self._stores.get(url)
+        if store is None:
+            store = self._stores[url] = self._build(url)
+        return store
+
+    def _build(self, url: str) -> FragmentStore:
+        scheme = urlparse(url).scheme
+        if scheme == "file":
+            return FileStore(url, self.file_root)
+        if scheme == "s3":
+            return S3Store(url)
+        raise StoreConfigError(
+            f"unsupported fragment store scheme {scheme!r} (this broker supports {', '.join(SCHEMES)})", url
+        )
+
+    def health(self, url: str) -> StoreHealth:
+        """The (started) health checker of `url`'s store."""
+        health = self._health.get(url)
+        if health is None:
+            health = self._health[url] = StoreHealth(self.get(url))
+            health.start()
+        return health
+
+    def is_healthy(self, url: str) -> bool | None:
+        """Whether `url`'s last health check passed; None if it was never checked."""
+        health = self._health.get(url)
+        return None if health is None or health.error is None else health.error == ""
+
+    async def close(self) -> None:
+        """Stop every health checker."""
+        await asyncio.gather(*(h.close() for h in self._health.values()), return_exceptions=True)

@@ -1,0 +1,722 @@
+"""Benchmark of one broker's append and read paths, against raw baselines measured in the same run.
+
+Starts a real etcd and one real `gazette serve` (file:// store under a temp dir), applies two
+journals with replication 1 and 512 MiB fragments (bench/none: NONE codec, bench/snappy: SNAPPY)
+and a third (bench/small, NONE) for small appends, then measures from one grpc.aio client:
+
+* append throughput of 1 MiB content chunks, in three shapes: one Append streaming all chunks,
+  one Append per chunk sent one after another, and one Append per chunk with several in flight;
+* read throughput: a non-blocking Read from offset 0 to the write head (`end_offset`);
+* appends/s and p50/p90/p99 latency of 4 KiB appends from concurrent writers to one journal;
+
+and, as baselines, a grpc.aio client stream of 1 MiB bytes messages to a trivial grpc.aio server
+in a separate process over TCP loopback (as the broker is), the same server taking append-shaped
+4 KiB client streams from the same number of writers, server streams of 1 MiB, 256 KiB and 32 KiB
+messages (for reference), and python-snappy StreamCompressor speed on the same data.
+CPU use of the broker's event-loop thread, its other threads and the client is printed per phase.
+Content is semi-compressible newline-delimited JSON events with random ids, timestamps and values.
+MB is 10^6 bytes. The report goes to stdout, progress to stderr.
+
+    python -m tests.benchmarks.bench_broker [--mib 256] [--rounds 3] [--writers 16]
+        [--small-appends 4000] [--profile-broker broker.prof [--profile-phase append-none]]
+
+With --profile-broker the broker runs under cProfile during one phase only (its numbers are then
+skewed by the profiler) and the top functions by cumulative and own time are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import math
+import os
+import platform
+import pstats
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import snappy
+
+from broker.keyspace.etcd import EtcdProcess
+from broker.protocol import pb, pb_grpc
+from tests.harness import BrokerProcess, apply_specs, free_port, journal_spec, wait_for_primary
+
+MiB = 1 << 20
+MB = 1e6
+CHUNK = MiB
+FRAGMENT_LENGTH = 512 * MiB
+POOL_CHUNKS = 16  # Distinct 1 MiB chunks of content, cycled.
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+SINK_METHOD = "/bench.Bench/Sink"
+SOURCE_METHOD = "/bench.Bench/Source"
+
+GOALS = {"append_none": 0.40, "read_none": 0.50, "append_snappy": 0.70, "p99_ms": 5.0}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- Content --------------------------------------------------------------------------------
+
+
+def make_content(total: int, seed: int = 7) -> bytes:
+    """Newline-delimited JSON events: fixed keys, random ids, timestamps, users and values."""
+    rng = random.Random(seed)
+    events = ("page_view", "click", "add_to_cart", "purchase", "search", "logout", "login", "share")
+    countries = ("US", "DE", "FR", "BR", "IN", "JP", "GB", "CA", "MX", "NG")
+    out = io.StringIO()
+    size = 0
+    ts = 1_712_000_000_000
+    while size < total:
+        ts += rng.randrange(0, 50)
+        line = (
+            f'{{"id":"{rng.getrandbits(128):032x}","ts":{ts},"user":"user-{rng.randrange(1_000_000):06d}",'
+            f'"event":"{rng.choice(events)}","country":"{rng.choice(countries)}",'
+            f'"session":"{rng.getrandbits(64):016x}","value":{rng.random() * 1000:.4f},'
+            f'"ok":{"true" if rng.random() < 0.97 else "false"}}}\n'
+        )
+        out.write(line)
+        size += len(line)
+    return out.getvalue().encode()[:total]
+
+
+def chunks_of(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data) - size + 1, size)]
+
+
+# --- Raw baselines ----------------------------------------------------------------------------
+
+
+async def _sink(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+    total = 0
+    async for chunk in requests:
+        total += len(chunk)
+    return str(total).encode()
+
+
+_SOURCE_PAYLOAD = os.urandom(CHUNK)
+
+
+async def _source(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+    size, count = (int(x) for x in request.split(b","))
+    payload = _SOURCE_PAYLOAD[:size]
+    for _ in range(count):
+        yield payload
+
+
+async def serve_sink() -> None:
+    """The raw baseline's server process: prints its port, serves until SIGTERM."""
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bench",
+        {
+            "Sink": grpc.stream_unary_rpc_method_handler(_sink),
+            "Source": grpc.unary_stream_rpc_method_handler(_source),
+        },
+    )
+    server.add_generic_rpc_handlers([handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    print(port, flush=True)
+    await stop.wait()
+    await server.stop(None)
+
+
+@contextmanager
+def sink_process() -> Iterator[tuple[str, int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.benchmarks.bench_broker", "--sink-server"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def raw_client_stream(target: str, payloads: list[bytes], count: int) -> float:
+    """Bytes/second of one client stream of `count` messages (cycling `payloads`) to the sink."""
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        await channel.channel_ready()
+        sink = channel.stream_unary(SINK_METHOD)
+        started = time.perf_counter()
+        call = sink()
+        for i in range(count):
+            await call.write(payloads[i % len(payloads)])
+        await call.done_writing()
+        reply = await call
+        elapsed = time.perf_counter() - started
+        size = sum(len(payloads[i % len(payloads)]) for i in range(count))
+        assert int(reply) == size, reply
+        return size / elapsed
+
+
+async def raw_server_stream(target: str, size: int, count: int) -> float:
+    """Bytes/second of one server stream of `count` messages of `size` bytes from the source."""
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        await channel.channel_ready()
+        source = channel.unary_stream(SOURCE_METHOD)
+        started = time.perf_counter()
+        total = 0
+        async for msg in source(f"{size},{count}".encode()):
+            total += len(msg)
+        elapsed = time.perf_counter() - started
+        assert total == size * count
+        return total / elapsed
+
+
+def snappy_speed(chunks: list[bytes], total_mib: int) -> tuple[float, float]:
+    """(uncompressed bytes/second, compressed/raw ratio) of one StreamCompressor over the chunks."""
+    comp = snappy.StreamCompressor()
+    n = max(1, total_mib * MiB // CHUNK)
+    out = 0
+    started = time.perf_counter()
+    for i in range(n):
+        out += len(comp.add_chunk(chunks[i % len(chunks)]))
+    elapsed = time.perf_counter() - started
+    return n * CHUNK / elapsed, out / (n * CHUNK)
+
+
+# --- Broker phases --------------------------------------------------------------------------
+
+
+@dataclass
+class Latency:
+    """A closed-loop run of small operations: rate and latency percentiles in milliseconds."""
+
+    rate: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, rate: float, latencies: list[float]) -> Latency:
+        ordered = sorted(latencies)
+        ms = [percentile(ordered, q) * 1e3 for q in (50, 90, 99)]
+        return cls(rate, ms[0], ms[1], ms[2], ordered[-1] * 1e3)
+
+    def __str__(self) -> str:
+        return f"{self.rate:6.0f}/s, p50 {self.p50:.2f} ms, p90 {self.p90:.2f} ms, p99 {self.p99:.2f} ms"
+
+
+@dataclass
+class Results:
+    raw_grpc: float = 0.0
+    raw_server_stream: dict[int, float] = field(default_factory=dict)
+    snappy: float = 0.0
+    snappy_ratio: float = 0.0
+    append: dict[str, dict[str, float]] = field(default_factory=dict)  # codec -> shape -> B/s
+    read: dict[str, float] = field(default_factory=dict)
+    read_bytes: dict[str, int] = field(default_factory=dict)
+    small: Latency | None = None
+    raw_small: Latency | None = None
+    cpu: dict[str, CpuUse] = field(default_factory=dict)
+    load_before: str = ""
+
+
+async def append_once(stub: pb_grpc.JournalStub, journal: str, content: Iterator[pb.AppendRequest]) -> int:
+    """One Append RPC of the given content requests; returns the commit's end offset."""
+    call = stub.Append()
+    await call.write(pb.AppendRequest(journal=journal))
+    for req in content:
+        await call.write(req)
+    await call.write(pb.AppendRequest())
+    await call.done_writing()
+    resp: pb.AppendResponse = await call
+    if resp.status != pb.OK:
+        raise RuntimeError(f"append to {journal}: {pb.Status.Name(resp.status)}")
+    return int(resp.commit.end)
+
+
+async def append_shape(
+    stub: pb_grpc.JournalStub, journal: str, reqs: list[pb.AppendRequest], count: int, shape: str, inflight: int
+) -> tuple[float, int]:
+    """(bytes/second, write head) of appending `count` 1 MiB chunks in the given shape."""
+    head = 0
+    started = time.perf_counter()
+    if shape == "stream":
+        head = await append_once(stub, journal, (reqs[i % len(reqs)] for i in range(count)))
+    elif shape == "serial":
+        for i in range(count):
+            head = await append_once(stub, journal, iter([reqs[i % len(reqs)]]))
+    else:
+        sem = asyncio.Semaphore(inflight)
+
+        async def one(i: int) -> int:
+            async with sem:
+                return await append_once(stub, journal, iter([reqs[i % len(reqs)]]))
+
+        head = max(await asyncio.gather(*(one(i) for i in range(count))))
+    elapsed = time.perf_counter() - started
+    return count * CHUNK / elapsed, head
+
+
+async def read_range(stub: pb_grpc.JournalStub, journal: str, end: int) -> tuple[float, int, bytes]:
+    """(bytes/second, bytes read, first MiB) of a non-blocking Read of [0, end)."""
+    started = time.perf_counter()
+    total = 0
+    expect = 0
+    head: list[bytes] = []
+    head_len = 0
+    async for resp in stub.Read(pb.ReadRequest(journal=journal, offset=0, end_offset=end)):
+        if resp.status != pb.OK:
+            raise RuntimeError(f"read of {journal}: {pb.Status.Name(resp.status)}")
+        if resp.content:
+            if resp.offset != expect:
+                raise RuntimeError(f"read of {journal}: content at {resp.offset}, expected {expect}")
+            total += len(resp.content)
+            expect += len(resp.content)
+            if head_len < CHUNK:
+                head.append(resp.content)
+                head_len += len(resp.content)
+        elif resp.offset:
+            expect = resp.offset
+    elapsed = time.perf_counter() - started
+    return total / elapsed, total, b"".join(head)[:CHUNK]
+
+
+async def closed_loop(op: Callable[[int], Awaitable[object]], writers: int, total: int) -> Latency:
+    """Rate and latencies of `total` calls of `op(i)` made by `writers` tasks, each one call at a time."""
+    latencies: list[float] = []
+    remaining = total
+
+    async def writer(w: int) -> None:
+        nonlocal remaining
+        i = w
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            await op(i)
+            latencies.append(time.perf_counter() - t0)
+            i += writers
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+    elapsed = time.perf_counter() - started
+    return Latency.of(total / elapsed, latencies)
+
+
+async def raw_small_rpcs(target: str, payloads: list[bytes], writers: int, total: int) -> Latency:
+    """Closed-loop client streams shaped like an append (a header, one payload, an empty message)."""
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        await channel.channel_ready()
+        sink = channel.stream_unary(SINK_METHOD)
+
+        async def rpc(i: int) -> None:
+            call = sink()
+            await call.write(b"bench/raw")
+            await call.write(payloads[i % len(payloads)])
+            await call.write(b"")
+            await call.done_writing()
+            await call
+
+        await closed_loop(rpc, writers, max(writers * 10, total // 10))  # Warm up.
+        return await closed_loop(rpc, writers, total)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of `pid`, from /proc; empty where unavailable."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+@dataclass
+class CpuUse:
+    """Fractions of one core used during a phase."""
+
+    wall: float
+    broker_main: float
+    broker_other: float
+    client: float
+
+    def __str__(self) -> str:
+        return (f"server event-loop thread {self.broker_main:4.0%}, other threads {self.broker_other:4.0%}; "
+                f"client {self.client:4.0%}  ({self.wall:.1f} s)")
+
+
+class CpuMeter:
+    """Measures the CPU that the broker's event-loop thread, its other threads and this process use."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.pid = broker_pid
+
+    @contextmanager
+    def measure(self, into: dict[str, CpuUse], key: str) -> Iterator[None]:
+        before = thread_cpu(self.pid)
+        t0, c0 = time.perf_counter(), os.times()
+        yield
+        wall = time.perf_counter() - t0
+        c1 = os.times()
+        after = thread_cpu(self.pid)
+        main = after.get(self.pid, 0.0) - before.get(self.pid, 0.0)
+        other = sum(v - before.get(t, 0.0) for t, v in after.items() if t != self.pid)
+        client = (c1.user - c0.user) + (c1.system - c0.system)
+        into[key] = CpuUse(wall, main / wall, other / wall, client / wall)
+
+
+class BrokerProfiler:
+    """Starts and stops cProfile inside the broker process with SIGUSR1 / SIGUSR2."""
+
+    SITECUSTOMIZE = '''
+import cProfile, os, signal
+_out = os.environ.get("BENCH_BROKER_PROFILE")
+if _out:
+    _prof = cProfile.Profile()
+    def _start(signum, frame):
+        _prof.enable()
+    def _stop(signum, frame):
+        _prof.disable()
+        _prof.dump_stats(_out + ".tmp")
+        os.replace(_out + ".tmp", _out)
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _stop)
+'''
+
+    def __init__(self, out: Path, hook_dir: Path) -> None:
+        self.out = out.resolve()
+        hook_dir.mkdir(parents=True, exist_ok=True)
+        (hook_dir / "sitecustomize.py").write_text(self.SITECUSTOMIZE)
+        self.hook_dir = hook_dir
+        self.pid = 0
+
+    @contextmanager
+    def environment(self) -> Iterator[None]:
+        """Set while the broker process is created, so that it loads the hook."""
+        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "BENCH_BROKER_PROFILE")}
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.hook_dir), saved["PYTHONPATH"]) if p)
+        os.environ["BENCH_BROKER_PROFILE"] = str(self.out)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def start(self) -> None:
+        if self.out.exists():
+            self.out.unlink()
+        os.kill(self.pid, signal.SIGUSR1)
+
+    async def stop(self) -> None:
+        os.kill(self.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not self.out.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+
+    def report(self, top: int) -> str:
+        if not self.out.exists():
+            return "no profile was written"
+        buf = io.StringIO()
+        stats = pstats.Stats(str(self.out), stream=buf)
+        stats.strip_dirs()
+        buf.write(f"broker cProfile, top {top} by cumulative time:\n")
+        stats.sort_stats("cumulative").print_stats(top)
+        buf.write(f"broker cProfile, top {top} by own time:\n")
+        stats.sort_stats("tottime").print_stats(top)
+        return buf.getvalue()
+
+
+async def broker_phases(
+    args: argparse.Namespace,
+    target: str,
+    results: Results,
+    chunks: list[bytes],
+    profiler: BrokerProfiler | None,
+    meter: CpuMeter,
+) -> None:
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        await channel.channel_ready()
+        stub = pb_grpc.JournalStub(channel)
+        reqs = [pb.AppendRequest(content=c) for c in chunks]
+        count = max(1, args.mib * MiB // CHUNK)
+        shapes = ("stream", "serial", "inflight")
+        heads: dict[str, int] = {}
+
+        def profiled(phase: str) -> bool:
+            return profiler is not None and args.profile_phase == phase
+
+        for codec in ("none", "snappy"):
+            journal = f"bench/{codec}"
+            # Warm up: the journal's first fragment closes after its first append.
+            heads[codec] = await append_once(stub, journal, iter(reqs[:4]))
+            if profiled(f"append-{codec}"):
+                assert profiler is not None
+                profiler.start()
+            rates: dict[str, float] = {}
+            with meter.measure(results.cpu, f"append {codec}"):
+                for r in range(args.rounds):
+                    for shape in shapes:
+                        rate, heads[codec] = await append_shape(stub, journal, reqs, count, shape, args.inflight)
+                        rates[shape] = max(rates.get(shape, 0.0), rate)
+                        log(f"  append {journal} {shape:8s} round {r + 1}: {rate / MB:8.1f} MB/s")
+            if profiled(f"append-{codec}"):
+                assert profiler is not None
+                await profiler.stop()
+            results.append[codec] = rates
+
+        for codec in ("none", "snappy"):
+            journal = f"bench/{codec}"
+            end = heads[codec]
+            _, _, first = await read_range(stub, journal, CHUNK)  # Warm up, and check content.
+            if first != chunks[0]:
+                raise RuntimeError(f"{journal}: the first MiB read back differs from the first appended")
+            if profiled(f"read-{codec}"):
+                assert profiler is not None
+                profiler.start()
+            best = 0.0
+            with meter.measure(results.cpu, f"read {codec}"):
+                for r in range(args.rounds):
+                    rate, total, _ = await read_range(stub, journal, end)
+                    if total != end:
+                        raise RuntimeError(f"read of {journal} returned {total} bytes, expected {end}")
+                    best = max(best, rate)
+                    log(f"  read   {journal} [0, {end}) round {r + 1}: {rate / MB:8.1f} MB/s")
+            if profiled(f"read-{codec}"):
+                assert profiler is not None
+                await profiler.stop()
+            results.read[codec] = best
+            results.read_bytes[codec] = end
+
+        small = [pb.AppendRequest(content=c) for c in chunks_of(chunks[0], args.small_size)]
+
+        async def small_append(i: int) -> None:
+            await append_once(stub, "bench/small", iter([small[i % len(small)]]))
+
+        await closed_loop(small_append, args.writers, max(args.writers * 10, args.small_appends // 10))
+        if profiled("small"):
+            assert profiler is not None
+            profiler.start()
+        with meter.measure(results.cpu, "small appends"):
+            results.small = await closed_loop(small_append, args.writers, args.small_appends)
+        if profiled("small"):
+            assert profiler is not None
+            await profiler.stop()
+        log(f"  small appends: {results.small}")
+
+
+def bench_spec(name: str, codec: int) -> pb.JournalSpec:
+    spec = journal_spec(name, replication=1)
+    spec.fragment.length = FRAGMENT_LENGTH
+    spec.fragment.compression_codec = codec  # type: ignore[assignment]
+    spec.fragment.stores.append("file:///")
+    return spec
+
+
+# --- Report ---------------------------------------------------------------------------------
+
+
+def print_report(args: argparse.Namespace, r: Results, content_ratio: float) -> None:
+    def row(name: str, value: str, baseline: str, ratio: str, goal: str, verdict: str) -> None:
+        print(f"  {name:34s} {value:>14s} {baseline:>14s} {ratio:>7s} {goal:>9s}  {verdict}")
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    def mbs(rate: float) -> str:
+        return f"{rate / MB:.1f} MB/s"
+
+    print()
+    print("Gazette broker benchmark: one journal, replication 1, one broker process, one client process")
+    print(f"  machine: {platform.machine()}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
+          f"{platform.platform()}, Python {platform.python_version()}, grpcio {grpc.__version__}")
+    print(f"  content: newline-delimited JSON events with random ids/values, {CHUNK} byte chunks, "
+          f"snappy ratio {content_ratio:.2f}; {args.mib} MiB per append shape per round, best of {args.rounds}")
+    print(f"  fragments: {FRAGMENT_LENGTH // MiB} MiB, store file:///; MB = 10^6 bytes; "
+          f"load average before the run {r.load_before}")
+    print()
+    print("Append shapes (best of rounds):")
+    for codec, rates in r.append.items():
+        parts = ", ".join(f"{shape} {rate / MB:.1f}" for shape, rate in rates.items())
+        print(f"  {codec:7s} {parts} MB/s")
+    print("  (stream: one Append of all chunks; serial: one Append per 1 MiB chunk; "
+          f"inflight: one per chunk, {args.inflight} in flight)")
+    print("Raw server-stream reference (trivial server process -> this process; the broker's Read sends "
+          "32736-byte content messages):")
+    for size, rate in r.raw_server_stream.items():
+        print(f"  {size:8d} byte messages {rate / MB:8.1f} MB/s")
+    print()
+    row("measurement", "value", "baseline", "ratio", "goal", "")
+    best_none = max(r.append["none"].values())
+    best_snappy = max(r.append["snappy"].values())
+    raw = r.raw_grpc
+    row("append NONE 1 MiB chunks", mbs(best_none), mbs(raw), f"{best_none / raw:.2f}",
+        f">= {GOALS['append_none']:.2f}", verdict(best_none / raw >= GOALS["append_none"]))
+    row("read NONE", mbs(r.read["none"]), mbs(raw), f"{r.read['none'] / raw:.2f}",
+        f">= {GOALS['read_none']:.2f}", verdict(r.read["none"] / raw >= GOALS["read_none"]))
+    row("append SNAPPY 1 MiB chunks", mbs(best_snappy), mbs(r.snappy), f"{best_snappy / r.snappy:.2f}",
+        f">= {GOALS['append_snappy']:.2f}", verdict(best_snappy / r.snappy >= GOALS["append_snappy"]))
+    row("read SNAPPY", mbs(r.read["snappy"]), mbs(raw), f"{r.read['snappy'] / raw:.2f}", "", "(info)")
+    small, raws = r.small, r.raw_small
+    assert small is not None and raws is not None
+    label = f"{args.small_size // 1024} KiB appends x{args.writers}"
+    row(f"{label}: p99", f"{small.p99:.2f} ms", f"{raws.p99:.2f} ms", f"{small.p99 / raws.p99:.2f}",
+        f"<= {GOALS['p99_ms']:.0f} ms", verdict(small.p99 <= GOALS["p99_ms"]))
+    row(f"{label}: p50", f"{small.p50:.2f} ms", f"{raws.p50:.2f} ms", f"{small.p50 / raws.p50:.2f}", "", "(info)")
+    row(f"{label}: p90", f"{small.p90:.2f} ms", f"{raws.p90:.2f} ms", f"{small.p90 / raws.p90:.2f}", "", "(info)")
+    row(f"{label}: max", f"{small.max:.2f} ms", f"{raws.max:.2f} ms", "", "", "(info)")
+    row(f"{label}: rate", f"{small.rate:.0f} /s", f"{raws.rate:.0f} /s", f"{small.rate / raws.rate:.2f}", "",
+        "(info)")
+    print()
+    print("CPU use during the phases (all rounds and shapes; 100% = one core; the server is the broker, "
+          "or for 'raw gRPC' the trivial server):")
+    for key, use in r.cpu.items():
+        print(f"  {key:14s} {use}")
+    print()
+    print("  baselines: 'raw gRPC' is a grpc.aio client stream of 1 MiB bytes messages from this process to a")
+    print("  trivial grpc.aio server process over TCP loopback; 'raw snappy' is python-snappy StreamCompressor")
+    print("  compressing the same content in this process. The small-append baseline is the same trivial server")
+    print(f"  taking {args.writers} closed-loop writers' client streams of a header, {args.small_size} bytes and an "
+          "empty message.")
+
+
+# --- Main -----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> None:
+    results = Results(load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
+    log(f"generating {POOL_CHUNKS} MiB of content")
+    chunks = chunks_of(make_content(POOL_CHUNKS * CHUNK), CHUNK)
+
+    log("raw baselines")
+    with sink_process() as (target, sink_pid):
+
+        async def baselines() -> None:
+            await raw_client_stream(target, chunks, 32)  # Warm up.
+            with CpuMeter(sink_pid).measure(results.cpu, "raw gRPC"):
+                for _ in range(args.rounds + 1):
+                    rate = await raw_client_stream(target, chunks, args.baseline_mib)
+                    results.raw_grpc = max(results.raw_grpc, rate)
+            small = chunks_of(chunks[0], args.small_size)
+            results.raw_small = await raw_small_rpcs(target, small, args.writers, args.small_appends)
+            for _ in range(args.rounds + 1):
+                for size in (CHUNK, 256 * 1024, 32 * 1024):
+                    rate = await raw_server_stream(target, size, args.baseline_mib * MiB // size)
+                    results.raw_server_stream[size] = max(results.raw_server_stream.get(size, 0.0), rate)
+
+        asyncio.run(baselines())
+    log(f"  raw gRPC client stream: {results.raw_grpc / MB:.1f} MB/s; small RPCs: {results.raw_small}")
+    ratio = 0.0
+    for _ in range(args.rounds + 1):
+        rate, ratio = snappy_speed(chunks, args.mib)
+        results.snappy = max(results.snappy, rate)
+    log(f"  raw snappy: {results.snappy / MB:.1f} MB/s (ratio {ratio:.2f})")
+
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp_name:
+        tmp = Path(tmp_name)
+        etcd = EtcdProcess(tmp / "etcd", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
+        broker: BrokerProcess | None = None
+        profiler = BrokerProfiler(Path(args.profile_broker), tmp / "hook") if args.profile_broker else None
+        try:
+            log("starting etcd and the broker")
+            etcd.start()
+            etcd.wait_ready(30.0)
+            (tmp / "fragments").mkdir()
+            extra = ("--broker.file-root", str(tmp / "fragments"), "--log.level", args.log_level)
+            if profiler is not None:
+                with profiler.environment():
+                    broker = BrokerProcess(tmp, etcd.endpoint, "/bench", *extra)
+                profiler.pid = broker.proc.pid
+            else:
+                broker = BrokerProcess(tmp, etcd.endpoint, "/bench", *extra)
+            broker.wait_ready()
+            channel, stub = broker.stub()
+            with channel:
+                specs = [bench_spec("bench/none", pb.NONE), bench_spec("bench/snappy", pb.SNAPPY),
+                         bench_spec("bench/small", pb.NONE)]
+                if apply_specs(stub, *specs).status != pb.OK:
+                    raise RuntimeError("applying the benchmark journals failed")
+                for spec in specs:
+                    wait_for_primary(stub, spec.name)
+            log("broker phases")
+            meter = CpuMeter(broker.proc.pid)
+            asyncio.run(broker_phases(args, broker.target, results, chunks, profiler, meter))
+        except Exception:
+            if broker is not None and broker.proc.poll() is None:
+                log(f"broker log tail:\n{broker.logs()[-4000:]}")
+            raise
+        finally:
+            if broker is not None:
+                running = broker.proc.poll() is None
+                rc = broker.stop()
+                if running and rc != 0:
+                    log(f"broker exited with {rc} when stopped:\n{broker.logs()[-4000:]}")
+            etcd.stop()
+
+    print_report(args, results, ratio)
+    if profiler is not None:
+        print()
+        print(f"(profiled phase: {args.profile_phase}; profile in {profiler.out})")
+        print(profiler.report(args.profile_top))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks.bench_broker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--mib", type=int, default=256, help="MiB appended per append shape per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement; the best is reported")
+    parser.add_argument("--baseline-mib", type=int, default=1024, help="MiB streamed per raw gRPC baseline run")
+    parser.add_argument("--inflight", type=int, default=4, help="concurrent 1 MiB appends of the 'inflight' shape")
+    parser.add_argument("--writers", type=int, default=16, help="concurrent writers of small appends")
+    parser.add_argument("--small-appends", type=int, default=4000, help="small appends measured")
+    parser.add_argument("--small-size", type=int, default=4096, help="bytes per small append")
+    parser.add_argument("--log-level", default="info", help="the broker's --log.level")
+    parser.add_argument("--profile-broker", metavar="PATH", default="",
+                        help="run the broker under cProfile during --profile-phase and write the stats to PATH")
+    parser.add_argument("--profile-phase", default="append-none",
+                        choices=["append-none", "append-snappy", "read-none", "read-snappy", "small"])
+    parser.add_argument("--profile-top", type=int, default=30, help="functions listed from the profile")
+    parser.add_argument("--sink-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.sink_server:
+        asyncio.run(serve_sink())
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
