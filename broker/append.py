@@ -8,15 +8,17 @@ acknowledge before the client is answered.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
 from broker.keyspace import compare_mod, item_key, put_op, txn
-from broker.pipeline import Pipeline, routes_equivalent, same_id
+from broker.pipeline import THREADED_APPLY_MIN, Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
 from broker.replica import Replica, maybe_roll_fragment
 from broker.resolver import Resolution
@@ -291,6 +293,8 @@ class Append:
         digest = hashlib.sha1()
         begin = spool.fragment.end
         committed = False
+        # The previous chunk's spool write and hashing, left running while the next chunk arrives.
+        in_flight: asyncio.Future[Any] | None = None
         try:
             roll = maybe_roll_fragment(spool, self.roll_to, replica.spec.fragment)
             if not spec_equal(roll, spool.fragment.spec):
@@ -300,6 +304,9 @@ class Append:
                 begin = spool.fragment.end
             bucket = self.state.bucket(res.spec)
             async for content in chunks:
+                if in_flight is not None:
+                    await in_flight
+                    in_flight = None
                 if not writable(res.spec) or req.suspend in (
                     AS.SUSPEND_IF_FLUSHED, AS.SUSPEND_NOW, AS.SUSPEND_KEEP
                 ):
@@ -311,9 +318,16 @@ class Append:
                 total_chunks += 1
                 if await bucket.take(len(content)):
                     delayed_chunks += 1
-                await pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
-                digest.update(content)
+                scattered = pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
+                if len(content) >= THREADED_APPLY_MIN:
+                    in_flight = asyncio.gather(scattered, asyncio.to_thread(digest.update, content))
+                else:
+                    await scattered
+                    digest.update(content)
                 total += len(content)
+            if in_flight is not None:
+                await in_flight
+                in_flight = None
 
             modifies = bool(req.union_registers.labels or req.subtract_registers.labels)
             if modifies and total == 0:
@@ -329,6 +343,9 @@ class Append:
             await pipeline.gather_ok()
             committed = True
         except BaseException:
+            if in_flight is not None:
+                # Let the last chunk land before rolling it back: the spool applies in order.
+                await asyncio.gather(in_flight, return_exceptions=True)
             if not committed:
                 await self._rollback()
             raise

@@ -6,6 +6,7 @@ Replicate stream per peer; acknowledged requests gather one reply from each peer
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -16,6 +17,9 @@ from broker.peers import PeerDialer
 from broker.protocol import pb
 
 log = logging.getLogger(__name__)
+
+# Content chunks at least this long are applied to the spool in a worker thread.
+THREADED_APPLY_MIN = 64 * 1024
 
 
 def same_id(a: pb.ProcessSpec.ID, b: pb.ProcessSpec.ID) -> bool:
@@ -65,6 +69,18 @@ class Pipeline:
 
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Send `req` to every peer and apply it to the local spool; returns the local response."""
+        local: asyncio.Future[pb.ReplicateResponse] | None = None
+        if len(req.content) >= THREADED_APPLY_MIN:
+            # Writing and hashing a large chunk release the GIL: overlap them with the event loop.
+            local = asyncio.ensure_future(asyncio.to_thread(self.spool.apply, req))
+        try:
+            await self._send(req)
+        finally:
+            if local is not None:
+                resp = await local
+        return resp if local is not None else self.spool.apply(req)
+
+    async def _send(self, req: pb.ReplicateRequest) -> None:
         for member, call in self._streams:
             out = req
             if req.HasField("proposal") and req.acknowledge:
@@ -81,7 +97,6 @@ class Pipeline:
                 raise PipelineError(f"replicate to {member.suffix} failed: {exc}", self.journal) from exc
         if req.HasField("proposal") and req.acknowledge:
             self._sent_first = True
-        return self.spool.apply(req)
 
     async def gather(self) -> list[tuple[pb.ProcessSpec.ID, pb.ReplicateResponse]]:
         """One reply from each peer, in route order."""

@@ -8,8 +8,10 @@ from broker.fragment import Fragment
 from broker.protocol import pb
 from broker.replica import Replica
 
-# Content frames fit gRPC's 32 KiB buffer tier.
-CHUNK_SIZE = 32 * 1024 - 32
+# Content frames are up to 1 MiB: Gazette's 32736-byte frames cost more per byte than Python's
+# gRPC can afford (measured by tests/benchmarks/bench_broker.py), and every gRPC client accepts
+# 4 MiB messages by default.
+CHUNK_SIZE = 1 << 20
 # Opens a persisted fragment at an offset as a stream of decompressed bytes.
 RemoteOpener = Callable[[Fragment, int], AsyncIterator[bytes]]
 # Signs a GET URL of a persisted fragment for the given TTL in seconds.

@@ -151,10 +151,11 @@ class JournalService(pb_grpc.JournalServicer):
         assert res.replica is not None
         journal = res.spec.name if res.spec else request.journal
         metrics.READ_REQUESTS.labels(journal).inc()
+        read_bytes = metrics.READ_BYTES.labels(journal)
         try:
             async for resp in serve_read(request, res.header, res.replica, self.open_remote, self.sign_url):
                 if resp.content:
-                    metrics.READ_BYTES.labels(journal).inc(len(resp.content))
+                    read_bytes.inc(len(resp.content))
                 yield resp
         except (StoreError, FragmentError) as exc:
             # A persisted fragment could not be fetched or decoded: the reader may retry later.

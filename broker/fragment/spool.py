@@ -8,6 +8,7 @@ pipeline stays in agreement on the fragment, its SHA-1 and the journal's registe
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -58,6 +59,7 @@ class Spool:
         self._clock = clock
         self._file: SpoolFile | None = None  # Created by the first content of the fragment.
         self._summer = hashlib.sha1()  # Over [begin, end + delta).
+        self._apply_lock = threading.Lock()
         self._committed_summer = hashlib.sha1()  # Over [begin, end).
 
     @property
@@ -78,10 +80,12 @@ class Spool:
         Raises ContentDeltaError for out-of-order content and SpoolIOError if the spool file
         fails; the spool is unchanged then.
         """
-        if req.HasField("proposal"):
-            return self._apply_proposal(req.proposal, req.registers)
-        self._apply_content(req.content_delta, req.content)
-        return pb.ReplicateResponse(status=pb.OK)
+        # Large content is applied in a worker thread; a rollback on the loop must wait for it.
+        with self._apply_lock:
+            if req.HasField("proposal"):
+                return self._apply_proposal(req.proposal, req.registers)
+            self._apply_content(req.content_delta, req.content)
+            return pb.ReplicateResponse(status=pb.OK)
 
     def next(self) -> pb.Fragment:
         """Return the fragment a commit of the pending content would produce."""

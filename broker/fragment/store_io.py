@@ -94,7 +94,7 @@ async def open_fragment(store: FragmentStore, fragment: pb.Fragment, offset: int
     pos = fragment.begin
     async for raw in store.open(path):
         try:
-            data = decomp.decompress(raw)
+            data = await asyncio.to_thread(decomp.decompress, raw)
         except CodecError as exc:
             raise FragmentError(f"{path}: {exc}", journal=fragment.journal, offset=pos) from exc
         if pos + len(data) > fragment.end:

@@ -573,7 +573,7 @@ def print_report(args: argparse.Namespace, r: Results, content_ratio: float) -> 
     print("  (stream: one Append of all chunks; serial: one Append per 1 MiB chunk; "
           f"inflight: one per chunk, {args.inflight} in flight)")
     print("Raw server-stream reference (trivial server process -> this process; the broker's Read sends "
-          "32736-byte content messages):")
+          "1 MiB content messages):")
     for size, rate in r.raw_server_stream.items():
         print(f"  {size:8d} byte messages {rate / MB:8.1f} MB/s")
     print()
