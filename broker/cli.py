@@ -65,6 +65,9 @@ def serve(
                                   help="Local directory that file:// fragment stores are rooted at."),
     max_append_rate: int = typer.Option(0, "--broker.max-append-rate", envvar="BROKER_MAX_APPEND_RATE",
                                         help="Maximum bytes/second appended to any journal (0: unlimited)."),
+    min_append_rate: int = typer.Option(64 * 1024, "--broker.min-append-rate", envvar="BROKER_MIN_APPEND_RATE",
+                                        help="Bytes/second an append client must sustain after a second of "
+                                             "grace, or be cut off (0: no minimum)."),
     max_replication: int = typer.Option(9, "--broker.max-replication", envvar="BROKER_MAX_REPLICATION",
                                         help="Cap on the effective replication of every journal."),
     max_grpc_recv_size: int = typer.Option(4 << 20, "--broker.max-grpc-recv-size",
@@ -97,7 +100,8 @@ def serve(
     logs.configure(log_level, log_format.value)
     config = BrokerConfig(
         zone=zone, id=broker_id or _two_words(), host=host or socket.gethostname(), port=port, bind=bind,
-        limit=limit, file_root=file_root, max_append_rate=max_append_rate, max_replication=max_replication,
+        limit=limit, file_root=file_root, max_append_rate=max_append_rate, min_append_rate=min_append_rate,
+        max_replication=max_replication,
         max_grpc_recv_size=max_grpc_recv_size, etcd_address=etcd_address or None, etcd_prefix=etcd_prefix,
         etcd_port=etcd_port, etcd_peer_port=etcd_peer_port,
         etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir,

@@ -1,9 +1,14 @@
-"""Per-journal append rate limiting: a token bucket of `max_append_rate` bytes per second."""
+"""Append flow control: a per-journal token bucket of `max_append_rate` bytes per second, and
+the minimum data rate an append client must sustain."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 BANK_SECONDS = 10.0  # Unused credit is banked up to ten seconds' worth of rate.
 
@@ -34,3 +39,55 @@ def effective_rate(journal_rate: int, broker_rate: int) -> int:
     """The smaller of the journal's and the broker's limit, where 0 means unlimited."""
     rates = [r for r in (journal_rate, broker_rate) if r > 0]
     return min(rates) if rates else 0
+
+
+class MinRateError(Exception):
+    """An append client did not sustain the minimum data rate."""
+
+
+class MinRateGuard:
+    """Aborts an append stream whose client sends fewer than `rate` bytes in some one-second window.
+
+    Only time spent waiting on the client counts, so broker-side throttling is never blamed on
+    it. The first `grace` seconds carry no requirement.
+    """
+
+    def __init__(self, rate: int, grace: float = 1.0) -> None:
+        self.rate = rate
+        self._waited = 0.0  # Seconds spent waiting on the client.
+        self._window_end = grace
+        self._window_bytes = 0
+        self._required = 0
+
+    async def receive(self, receive: Awaitable[T]) -> T:
+        """Await `receive` (the client's next message), aborting if the client falls behind."""
+        if self.rate <= 0:
+            return await receive
+        task = asyncio.ensure_future(receive)
+        try:
+            while True:
+                budget = self._window_end - self._waited
+                if self._window_bytes >= self._required:
+                    budget += 1.0  # This window is satisfied: the next one must be, by its end.
+                start = time.monotonic()
+                done, _ = await asyncio.wait({task}, timeout=max(budget, 0.0))
+                self._advance(time.monotonic() - start)
+                if done:
+                    return task.result()
+                if self._window_bytes < self._required or budget <= 0:
+                    raise MinRateError("client stream didn't sustain the minimum append data rate")
+        finally:
+            task.cancel()
+
+    def received(self, n: int) -> None:
+        """Count `n` bytes received from the client."""
+        self._window_bytes += n
+
+    def _advance(self, waited: float) -> None:
+        self._waited += waited
+        while self._waited >= self._window_end:
+            if self._window_bytes < self._required:
+                return  # The caller reports the failed window.
+            self._window_end += 1.0
+            self._window_bytes = 0
+            self._required = self.rate

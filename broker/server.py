@@ -52,6 +52,7 @@ class BrokerConfig:
     limit: int = 1024
     file_root: str = ""
     max_append_rate: int = 0
+    min_append_rate: int = 64 * 1024
     max_replication: int = 9
     max_grpc_recv_size: int = 4 << 20
     etcd_address: str | None = None
@@ -117,6 +118,7 @@ class Broker:
             resolver=self.resolver,
             dialer=PeerDialer(),
             max_append_rate=cfg.max_append_rate,
+            min_append_rate=cfg.min_append_rate,
             max_replication=cfg.max_replication,
         )
         service = JournalService(

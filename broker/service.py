@@ -11,6 +11,7 @@ import grpc
 from broker import metrics
 from broker.append import Append, readable
 from broker.errors import BrokerError
+from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
@@ -193,7 +194,9 @@ class JournalService(pb_grpc.JournalServicer):
         if append.proxy is not None:
             return await self._proxy_append(first, append.proxy.header, request_iterator)
         try:
-            resp = await append.stream(_content_chunks(request_iterator, first.journal))
+            resp = await append.stream(
+                _content_chunks(request_iterator, first.journal, self.state.min_append_rate)
+            )
         except BrokerError as exc:
             await _abort(context, grpc.StatusCode.ABORTED, str(exc))
         if resp.status == pb.OK:
@@ -301,9 +304,21 @@ def _in_mod_time_range(fragment: Fragment, request: pb.FragmentsRequest) -> bool
     return not (request.end_mod_time != 0 and (mod_time == 0 or mod_time > request.end_mod_time))
 
 
-async def _content_chunks(requests: AsyncIterator[pb.AppendRequest], journal: str) -> AsyncIterator[bytes]:
-    """The content of an Append stream, ending at its commit marker (an empty message, then EOF)."""
-    async for req in requests:
+async def _content_chunks(
+    requests: AsyncIterator[pb.AppendRequest], journal: str, min_rate: int = 0
+) -> AsyncIterator[bytes]:
+    """The content of an Append stream, ending at its commit marker (an empty message, then EOF).
+
+    A client sending less than `min_rate` bytes/second in any second (after one of grace) is cut off.
+    """
+    guard = MinRateGuard(min_rate)
+    while True:
+        try:
+            req = await guard.receive(anext(requests))
+        except StopAsyncIteration:
+            raise BrokerError("unexpected EOF (append rolled back)", journal) from None
+        except MinRateError as exc:
+            raise BrokerError(str(exc), journal) from None
         if req.journal:
             raise BrokerError("expected Content chunk", journal)
         try:
@@ -314,5 +329,5 @@ async def _content_chunks(requests: AsyncIterator[pb.AppendRequest], journal: st
             async for _ in requests:
                 raise BrokerError("expected EOF after empty Content chunk", journal)
             return
+        guard.received(len(req.content))
         yield req.content
-    raise BrokerError("unexpected EOF (append rolled back)", journal)

@@ -20,6 +20,7 @@ class BrokerState:
     resolver: Resolver
     dialer: PeerDialer
     max_append_rate: int = 0
+    min_append_rate: int = 0
     max_replication: int = 9
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
 
