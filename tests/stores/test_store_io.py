@@ -113,7 +113,7 @@ async def test_health_check_and_registry_errors(tmp_path: Path) -> None:
     registry = StoreRegistry("")
     with pytest.raises(StoreConfigError, match="unsupported fragment store scheme 'gs'"):
         registry.get("gs://bucket/")
-    with pytest.raises(StoreError, match="--broker.file-root"):
+    with pytest.raises(StoreError, match=r"--broker\.file-root"):
         registry.get("file:///")
     with pytest.raises(StoreConfigError, match='invalid path "bogus"'):
         StoreRegistry("/tmp").get("file:///?bogus=1")
