@@ -92,7 +92,8 @@ class Pipeline:
                     out.deprecated_journal = self.journal
             try:
                 await call.write(out)
-            except grpc.RpcError as exc:
+            except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+                # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 self.broken = exc
                 raise PipelineError(f"replicate to {member.suffix} failed: {exc}", self.journal) from exc
         if req.HasField("proposal") and req.acknowledge:
@@ -104,7 +105,8 @@ class Pipeline:
         for member, call in self._streams:
             try:
                 resp = await call.read()
-            except grpc.RpcError as exc:
+            except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+                # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 self.broken = exc
                 raise PipelineError(f"replicate from {member.suffix} failed: {exc}", self.journal) from exc
             if resp is grpc.aio.EOF:
@@ -134,5 +136,5 @@ class Pipeline:
                 await call.done_writing()
                 while (await call.read()) is not grpc.aio.EOF:
                     pass
-            except grpc.RpcError:
+            except (grpc.RpcError, asyncio.InvalidStateError):
                 pass

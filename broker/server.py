@@ -234,7 +234,7 @@ class Broker:
         refuse appends with INDEX_HAS_GREATER_OFFSET until `gazctl journals reset-head`.
         """
         root = self.config.etcd_prefix
-        for name, replica in self.resolver.replicas.items():
+        for name, replica in list(self.resolver.replicas.items()):
             item = self.keyspace.journals.get(name)
             route = self.keyspace.route(name)
             if item is None or route.primary < 0 or not same_id(route.members[route.primary], self.local_id):

@@ -1,1 +1,123 @@
-"""Client library of the broker (see the client library issue)."""
+"""The client library of Gazette brokers (asyncio, grpc.aio), with a synchronous facade in `sync`.
+
+- `JournalClient` (dial): the default broker address, a channel per endpoint, and a RouteCache
+  (routes): requests go straight to a journal's primary (appends) or a same-zone member (reads).
+- `Reader` / `RetryReader` (reader): a Read RPC as an async byte stream; the retrying one
+  survives transport errors, broker restarts and route changes without losing or repeating a byte.
+- `Appender` / `append` (appender): one Append RPC; commit on close, abort on error.
+- `AppendService` / `AsyncAppend` (append_service): batched, ordered, retried background appends
+  with bounded memory (spilling to temporary files).
+- listing: `list_journals`, `iter_list_pages`, `watch_journals`, `apply_journals`, `list_fragments`,
+  `list_all_fragments`, `iter_fragments`, and `JournalWatcher` (added / removed journals).
+- errors: `ClientError` and its subclasses, one per non-OK status (e.g. `WrongAppendOffset`).
+- config: broker address resolution shared with gazctl (flag, `$BROKER_ADDRESS`, `gazctl.ini`).
+"""
+
+from broker.client.append_service import AppendService, AsyncAppend
+from broker.client.appender import Appender, append, append_request
+from broker.client.config import DEFAULT_BROKER_ADDRESS, resolve_broker_address
+from broker.client.dial import Dialer, JournalClient
+from broker.client.errors import (
+    STATUS_ERRORS,
+    AppendOutcomeUnknown,
+    ClientError,
+    ConfigError,
+    DependencyFailed,
+    EtcdTransactionFailed,
+    FragmentError,
+    FragmentStoreUnhealthy,
+    IndexHasGreaterOffset,
+    InsufficientJournalBrokers,
+    JournalNotFound,
+    NoJournalPrimaryBroker,
+    NotAllowed,
+    NotJournalBroker,
+    NotJournalPrimaryBroker,
+    OffsetJump,
+    OffsetNotYetAvailable,
+    ProposalMismatch,
+    ProtocolError,
+    RegisterMismatch,
+    SeekRequiresNewReader,
+    ServiceClosed,
+    StatusError,
+    Suspended,
+    TransportError,
+    UnexpectedEOF,
+    WrongAppendOffset,
+    WrongRoute,
+    status_error,
+)
+from broker.client.listing import (
+    JournalChanges,
+    JournalWatcher,
+    apply_journals,
+    delete,
+    fragments_request,
+    iter_fragments,
+    iter_list_pages,
+    list_all_fragments,
+    list_fragments,
+    list_journals,
+    upsert,
+    watch_journals,
+)
+from broker.client.reader import Reader, RetryReader, read_request
+from broker.client.routes import RouteCache
+
+__all__ = [
+    "DEFAULT_BROKER_ADDRESS",
+    "STATUS_ERRORS",
+    "AppendOutcomeUnknown",
+    "AppendService",
+    "Appender",
+    "AsyncAppend",
+    "ClientError",
+    "ConfigError",
+    "DependencyFailed",
+    "Dialer",
+    "EtcdTransactionFailed",
+    "FragmentError",
+    "FragmentStoreUnhealthy",
+    "IndexHasGreaterOffset",
+    "InsufficientJournalBrokers",
+    "JournalChanges",
+    "JournalClient",
+    "JournalNotFound",
+    "JournalWatcher",
+    "NoJournalPrimaryBroker",
+    "NotAllowed",
+    "NotJournalBroker",
+    "NotJournalPrimaryBroker",
+    "OffsetJump",
+    "OffsetNotYetAvailable",
+    "ProposalMismatch",
+    "ProtocolError",
+    "Reader",
+    "RegisterMismatch",
+    "RetryReader",
+    "RouteCache",
+    "SeekRequiresNewReader",
+    "ServiceClosed",
+    "StatusError",
+    "Suspended",
+    "TransportError",
+    "UnexpectedEOF",
+    "WrongAppendOffset",
+    "WrongRoute",
+    "append",
+    "append_request",
+    "apply_journals",
+    "delete",
+    "fragments_request",
+    "iter_fragments",
+    "iter_list_pages",
+    "list_all_fragments",
+    "list_fragments",
+    "list_journals",
+    "read_request",
+    "resolve_broker_address",
+    "status_error",
+    "upsert",
+    "watch_journals",
+]

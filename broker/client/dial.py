@@ -1,0 +1,130 @@
+"""Dialing brokers: one grpc.aio channel per endpoint, and the routed JournalClient.
+
+`JournalClient` is what every other client module takes: it holds the default broker address,
+the channel cache and the RouteCache, and says which endpoint a request for a journal should
+go to. Channels belong to the event loop they were created on: use a client from one loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+
+import grpc
+
+from broker.client.config import dial_target, resolve_broker_address
+from broker.client.routes import RouteCache, primary_endpoint, read_endpoint
+from broker.protocol import pb, pb_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_RECEIVE_BYTES = 16 << 20
+"""Largest message the client accepts, as Gazette's client (16 MiB)."""
+
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", 64 << 20),
+    # gRPC's default reconnect backoff grows to 120 s; a restarted broker should be found in seconds.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+class Dialer:
+    """Hands out Journal stubs by endpoint URL (`http://host:port`, `https://...`, `unix://host/path`)."""
+
+    def __init__(self, options: list[tuple[str, int]] | None = None) -> None:
+        self.options = list(CHANNEL_OPTIONS if options is None else options)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def channel(self, endpoint: str) -> grpc.aio.Channel:
+        """The channel to `endpoint`, created on first use. Raises ConfigError for a bad URL."""
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            target = dial_target(endpoint)
+            if target.tls:
+                creds = grpc.ssl_channel_credentials()
+                channel = grpc.aio.secure_channel(target.target, creds, options=self.options)
+            else:
+                channel = grpc.aio.insecure_channel(target.target, options=self.options)
+            self._channels[endpoint] = channel
+        return channel
+
+    def stub(self, endpoint: str) -> pb_grpc.JournalStub:
+        """A Journal stub on the channel to `endpoint`."""
+        return pb_grpc.JournalStub(self.channel(endpoint))
+
+    async def close(self) -> None:
+        """Close every channel; calls in flight fail with CANCELLED."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+
+class JournalClient:
+    """Routes Journal RPCs: to a journal's cached route members, else to the default `address`.
+
+    `address` defaults to the shared configuration (`$BROKER_ADDRESS`, `gazctl.ini`, then
+    `http://localhost:8080`). `zone` picks read replicas; `file_root` is where `file://`
+    fragment URLs are rooted (the brokers' `--broker.file-root`, when shared). `routes=None`
+    disables the route cache, so every request goes to `address` and brokers proxy it.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        zone: str = "local",
+        file_root: str | None = None,
+        routes: RouteCache | None = None,
+        route_cache: bool = True,
+        dialer: Dialer | None = None,
+    ) -> None:
+        self.address = resolve_broker_address(address)
+        dial_target(self.address)  # Fail now, with a clear error, on a malformed address.
+        self.zone = zone
+        self.file_root = file_root
+        self.routes: RouteCache | None = None
+        if route_cache:
+            self.routes = routes if routes is not None else RouteCache()
+        self.dialer = dialer or Dialer()
+
+    def stub(self, endpoint: str | None = None) -> pb_grpc.JournalStub:
+        """A stub of `endpoint`, or of the default address."""
+        return self.dialer.stub(endpoint or self.address)
+
+    def endpoint(self, journal: str, *, primary: bool) -> str:
+        """Where to send a request for `journal`: the primary (appends) or a read member, else the default."""
+        route = self.routes.get(journal) if self.routes is not None else None
+        if route is not None:
+            chosen = primary_endpoint(route) if primary else read_endpoint(route, self.zone)
+            if chosen:
+                return chosen
+        return self.address
+
+    def route_revision(self, journal: str) -> int:
+        """The etcd revision of `journal`'s cached route, to send as `min_etcd_revision` (0: none)."""
+        return self.routes.revision(journal) if self.routes is not None else 0
+
+    def update_route(self, journal: str, header: pb.Header | None) -> None:
+        """Learn `journal`'s route from a response header (a header without a route forgets it)."""
+        if self.routes is not None and header is not None:
+            self.routes.update(journal, header.route, header.etcd.revision)
+
+    def failed(self, journal: str, endpoint: str) -> None:
+        """Note that `endpoint` is unreachable: the next try for `journal` uses another member, or the default."""
+        if self.routes is not None:
+            self.routes.drop_endpoint(journal, endpoint)
+
+    async def close(self) -> None:
+        """Close the client's channels."""
+        await self.dialer.close()
+
+    async def __aenter__(self) -> JournalClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

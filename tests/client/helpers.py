@@ -1,0 +1,73 @@
+"""Helpers of the client tests: unique journal names, creating journals, broker metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.request
+import uuid
+
+from broker.client import JournalClient, apply_journals, list_journals, upsert
+from broker.protocol import pb
+from tests.harness import BrokerProcess, journal_spec
+
+
+def unique(prefix: str) -> str:
+    """A journal name no other test uses."""
+    return f"{prefix}/{uuid.uuid4().hex[:12]}"
+
+
+async def create_journal(client: JournalClient, spec: pb.JournalSpec, timeout: float = 20.0) -> pb.JournalSpec:
+    """Apply `spec` and wait until the journal has a primary."""
+    await apply_journals(client, [upsert(spec)])
+    await wait_for_primary(client, spec.name, timeout)
+    return spec
+
+
+async def wait_for_primary(client: JournalClient, journal: str, timeout: float = 20.0) -> pb.Route:
+    """Poll List until `journal` has a primary: assignments change no spec, so no watch reports them."""
+    sel = pb.LabelSelector(include=pb.LabelSet(labels=[pb.Label(name="name", value=journal)]))
+    async with asyncio.timeout(timeout):
+        while True:
+            for j in (await list_journals(client, sel)).journals:
+                if j.route.primary >= 0:
+                    return j.route
+            await asyncio.sleep(0.05)
+
+
+async def new_journal(client: JournalClient, prefix: str = "client", **fragment: object) -> str:
+    """Create a journal with the tutorial's settings, overridden by JournalSpec.Fragment fields."""
+    spec = journal_spec(unique(prefix))
+    for key, value in fragment.items():
+        if key == "stores":
+            spec.fragment.stores[:] = value  # type: ignore[index]
+        elif key == "refresh_interval":
+            spec.fragment.refresh_interval.seconds = int(value)  # type: ignore[call-overload]
+        elif key == "flush_interval":
+            spec.fragment.flush_interval.seconds = int(value)  # type: ignore[call-overload]
+        else:
+            setattr(spec.fragment, key, value)
+    await create_journal(client, spec)
+    return spec.name
+
+
+def metric(broker: BrokerProcess, name: str, journal: str) -> int:
+    """A per-journal counter of the broker's /debug/metrics, e.g. `gazette_append_requests_total`."""
+    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    pattern = rf'^{re.escape(name)}{{journal="{re.escape(journal)}"}} (\S+)$'
+    match = re.search(pattern, text, re.MULTILINE)
+    return int(float(match.group(1))) if match else 0
+
+
+def append_rpcs(broker: BrokerProcess, journal: str) -> int:
+    """The broker's count of committed Append RPCs of `journal`."""
+    return metric(broker, "gazette_append_requests_total", journal)
+
+
+async def wait_for_read_rpcs(broker: BrokerProcess, journal: str, count: int, timeout: float = 20.0) -> None:
+    """Wait until the broker started `count` Read RPCs of `journal`: a blocking read at -1 sends
+    nothing before content arrives, and this counter is the only sign that it reached the broker."""
+    async with asyncio.timeout(timeout):
+        while await asyncio.to_thread(metric, broker, "gazette_read_requests_total", journal) < count:
+            await asyncio.sleep(0.05)

@@ -1,0 +1,68 @@
+"""Direct reads of fragments persisted to S3 (moto's server): the Reader GETs presigned URLs itself."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from broker.client import JournalClient, RetryReader, append, fragments_request, list_all_fragments
+from broker.protocol import pb
+from tests.client.helpers import metric, new_journal
+from tests.harness import BrokerProcess
+from tests.s3_harness import MotoServer, use_test_credentials
+
+RECORD = 1500
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    use_test_credentials()  # Before the broker starts: it inherits them.
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_broker(
+    etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, moto: MotoServer
+) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"), etcd_endpoint, f"/test/{uuid.uuid4().hex}")
+    try:
+        yield proc.wait_ready()
+    finally:
+        assert proc.stop() == 0, proc.logs()
+
+
+@pytest.mark.parametrize("codec", [pb.GZIP, pb.GZIP_OFFLOAD_DECOMPRESSION], ids=pb.CompressionCodec.Name)
+async def test_do_not_proxy_reads_presigned_s3_urls(s3_broker: BrokerProcess, moto: MotoServer, codec: int) -> None:
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    await asyncio.to_thread(moto.client().create_bucket, Bucket=bucket)
+    async with JournalClient(s3_broker.url) as client:
+        journal = await new_journal(
+            client, "client/s3", length=1024, compression_codec=codec, stores=[moto.store_url(bucket)],
+            refresh_interval=1,
+        )
+        records = [bytes([65 + i]) * RECORD for i in range(3)]
+        for r in records:
+            await append(client, journal, r)
+        async with asyncio.timeout(30):
+            while len([f for f in (await list_all_fragments(client, fragments_request(journal))).fragments
+                       if f.spec.backing_store]) < 2:
+                await asyncio.sleep(0.1)
+        before = await asyncio.to_thread(metric, s3_broker, "gazette_read_bytes_total", journal)
+
+        reader = RetryReader(client, journal, do_not_proxy=True)
+        assert await reader.read(10) == records[0][:10]
+        assert reader.reader.fragment_url.startswith(moto.endpoint)
+        assert "Signature=" in reader.reader.fragment_url  # Presigned.
+        rest = b"".join([chunk async for chunk in reader])
+        assert records[0][:10] + rest == b"".join(records)
+        served = await asyncio.to_thread(metric, s3_broker, "gazette_read_bytes_total", journal) - before
+        assert served <= RECORD  # At most the last, unpersisted fragment came through the broker.
+        await reader.close()
+

@@ -1,0 +1,279 @@
+"""Client pieces without a broker: errors, the route cache, configuration, and direct fragment reads."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import gazctl.config
+import gazctl.errors
+from broker import client
+from broker.client import (
+    STATUS_ERRORS,
+    ClientError,
+    ConfigError,
+    FragmentError,
+    JournalClient,
+    OffsetJump,
+    ProtocolError,
+    RouteCache,
+    StatusError,
+    UnexpectedEOF,
+    WrongAppendOffset,
+    status_error,
+)
+from broker.client import config as client_config
+from broker.client.fragments import open_fragment_url
+from broker.client.routes import primary_endpoint, read_endpoint
+from broker.fragment.codecs import compressor
+from broker.protocol import pb
+
+# --- Errors ----------------------------------------------------------------------------------
+
+
+def test_every_non_ok_status_has_an_error_named_after_it() -> None:
+    for name, number in pb.Status.items():
+        if number == pb.OK:
+            continue
+        cls = STATUS_ERRORS[number]
+        assert cls.__name__ == "".join(part.capitalize() for part in name.split("_"))
+        assert issubclass(cls, StatusError) and issubclass(cls, ClientError)
+        assert getattr(client, cls.__name__) is cls  # Exported by the package.
+        err = status_error(number, journal="a/journal", offset=7)
+        assert type(err) is cls and err.status == number
+        assert str(err) == f"{name} (journal a/journal, offset 7)"
+        assert (err.journal, err.offset) == ("a/journal", 7)
+
+
+def test_error_texts() -> None:
+    assert str(status_error(pb.WRONG_APPEND_OFFSET)) == "WRONG_APPEND_OFFSET"
+    assert isinstance(status_error(pb.WRONG_APPEND_OFFSET), WrongAppendOffset)
+    with pytest.raises(ProtocolError, match="unknown status 99"):
+        status_error(99)
+    jump = OffsetJump(journal="j", offset=-1, to=42)
+    assert (jump.offset, jump.to) == (-1, 42) and str(jump) == "offset jump to 42 (journal j, offset -1)"
+
+
+def test_package_exports_what_it_lists() -> None:
+    for name in client.__all__:
+        assert hasattr(client, name), name
+
+
+# --- Route cache -------------------------------------------------------------------------------
+
+
+def route(*members: tuple[str, str, str], primary: int = 0) -> pb.Route:
+    return pb.Route(
+        members=[pb.ProcessSpec.ID(zone=z, suffix=s) for z, s, _ in members],
+        endpoints=[e for _, _, e in members],
+        primary=primary,
+    )
+
+
+def test_route_choice_primary_for_appends_same_zone_for_reads() -> None:
+    r = route(("east", "a", "http://a:1"), ("west", "b", "http://b:1"), ("west", "c", "http://c:1"), primary=0)
+    assert primary_endpoint(r) == "http://a:1"
+    assert read_endpoint(r, "west") == "http://b:1"
+    assert read_endpoint(r, "north") == "http://a:1"  # No member in the zone: the primary.
+    assert primary_endpoint(route(("east", "a", "http://a:1"), primary=-1)) == ""
+    assert read_endpoint(route(("east", "a", "http://a:1"), primary=-1), "x") == "http://a:1"
+    assert primary_endpoint(pb.Route(members=[pb.ProcessSpec.ID(zone="z", suffix="a")], primary=0)) == ""
+
+
+def test_route_cache_expires_evicts_and_drops_endpoints() -> None:
+    now = [0.0]
+    cache = RouteCache(size=2, ttl=10.0, clock=lambda: now[0])
+    r = route(("z", "a", "http://a:1"), ("z", "b", "http://b:1"), primary=1)
+    cache.update("j/one;meta", r)  # Keyed by journal, without a ;meta suffix.
+    assert cache.get("j/one") == r
+    cache.update("j/two", r)
+    cache.get("j/one")  # Now the most recently used.
+    cache.update("j/three", r)
+    assert cache.get("j/two") is None and cache.get("j/one") is not None and len(cache) == 2
+
+    cache.drop_endpoint("j/one", "http://b:1")
+    dropped = cache.get("j/one")
+    assert dropped is not None and list(dropped.endpoints) == ["http://a:1"] and dropped.primary == -1
+    cache.drop_endpoint("j/one", "http://a:1")
+    assert cache.get("j/one") is None
+
+    now[0] = 11.0
+    assert cache.get("j/three") is None  # Expired.
+    cache.update("j/four", pb.Route(primary=-1))  # No members: nothing to remember.
+    assert cache.get("j/four") is None
+
+
+def test_journal_client_endpoint_choice() -> None:
+    c = JournalClient("http://default:8080", zone="west")
+    assert c.endpoint("j", primary=True) == "http://default:8080"
+    header = pb.Header(route=route(("east", "a", "http://a:1"), ("west", "b", "http://b:1"), primary=0))
+    c.update_route("j", header)
+    assert c.endpoint("j", primary=True) == "http://a:1"
+    assert c.endpoint("j", primary=False) == "http://b:1"
+    c.failed("j", "http://b:1")
+    assert c.endpoint("j", primary=False) == "http://a:1"
+    c.failed("j", "http://a:1")
+    assert c.endpoint("j", primary=False) == "http://default:8080"
+    uncached = JournalClient("http://default:8080", route_cache=False)
+    uncached.update_route("j", header)
+    assert uncached.endpoint("j", primary=True) == "http://default:8080"
+
+
+# --- Configuration -------------------------------------------------------------------------------
+
+
+def test_address_precedence_flag_env_ini_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    (home / ".config" / "gazette").mkdir(parents=True)
+    resolve = client_config.resolve_broker_address
+    assert resolve(None, {}, cwd, home) == client_config.DEFAULT_BROKER_ADDRESS == "http://localhost:8080"
+    (home / ".config" / "gazette" / "gazctl.ini").write_text("[journals.Broker]\nAddress = http://home:1\n")
+    assert resolve(None, {}, cwd, home) == "http://home:1"
+    (cwd / "gazctl.ini").write_text("[journals.Broker]\nAddress = http://local:2\n")
+    assert resolve(None, {}, cwd, home) == "http://local:2"
+    assert resolve(None, {"BROKER_ADDRESS": "http://env:3"}, cwd, home) == "http://env:3"
+    assert resolve("http://flag:4", {"BROKER_ADDRESS": "http://env:3"}, cwd, home) == "http://flag:4"
+
+    # JournalClient uses the same rules when given no address.
+    monkeypatch.setenv("BROKER_ADDRESS", "http://from-env:9")
+    assert JournalClient().address == "http://from-env:9"
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("BROKER_ADDRESS")
+    assert JournalClient().address == "http://local:2"
+
+
+def test_config_errors_and_the_gazctl_reexport(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="invalid broker address"):
+        JournalClient("localhost:8080")
+    # gazctl re-exports the client's rules, raising its own one-line ConfigError.
+    assert gazctl.config.DialTarget is client_config.DialTarget
+    assert gazctl.config.dial_target("http://b:1") == client_config.dial_target("http://b:1")
+    with pytest.raises(gazctl.errors.ConfigError, match="invalid broker address"):
+        gazctl.config.dial_target("ftp://b:1")
+    bad = tmp_path / "gazctl.ini"
+    bad.write_text("[journals.Broker]\nnot an option line\n")
+    with pytest.raises(gazctl.errors.ConfigError, match=r"gazctl\.ini:2: invalid INI file"):
+        gazctl.config.resolve_broker_address(None, {}, cwd=tmp_path, home=tmp_path)
+    with pytest.raises(ConfigError, match=r"gazctl\.ini:2: invalid INI file"):
+        client_config.resolve_broker_address(None, {}, cwd=tmp_path, home=tmp_path)
+
+
+# --- Direct fragment reads -----------------------------------------------------------------------
+
+CONTENT = b"".join(f"line {i:05d}\n".encode() for i in range(5000))  # 55000 bytes.
+BEGIN = 1000
+
+
+def fragment(codec: int, end: int | None = None) -> pb.Fragment:
+    return pb.Fragment(
+        journal="a/journal", begin=BEGIN, end=BEGIN + len(CONTENT) if end is None else end, compression_codec=codec
+    )
+
+
+def compressed(codec: int, data: bytes = CONTENT) -> bytes:
+    comp = compressor(codec)
+    # Several flushes: a gzip file of several members, a snappy or zstd stream of several frames.
+    return b"".join(comp.compress(data[i : i + 10000]) for i in range(0, len(data), 10000)) + comp.finish()
+
+
+@pytest.mark.parametrize("codec", [pb.NONE, pb.GZIP, pb.SNAPPY, pb.ZSTANDARD], ids=pb.CompressionCodec.Name)
+async def test_file_fragment_is_decompressed_and_seeked(tmp_path: Path, codec: int) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "frag").write_bytes(compressed(codec))
+    reader = await open_fragment_url(fragment(codec), "file:///a/frag", BEGIN + 12345, file_root=str(tmp_path))
+    out = b""
+    while chunk := await reader.read(7000):
+        out += chunk
+    assert out == CONTENT[12345:] and reader.offset == BEGIN + len(CONTENT)
+    await reader.close()
+
+
+async def test_file_fragment_errors(tmp_path: Path) -> None:
+    (tmp_path / "short").write_bytes(compressed(pb.SNAPPY, CONTENT[:-1]))
+    reader = await open_fragment_url(fragment(pb.SNAPPY), "file:///short", BEGIN, file_root=str(tmp_path))
+    with pytest.raises(UnexpectedEOF):
+        while await reader.read():
+            pass
+    (tmp_path / "long").write_bytes(CONTENT)
+    reader = await open_fragment_url(fragment(pb.NONE, end=BEGIN + 100), "file:///long", BEGIN, file_root=str(tmp_path))
+    with pytest.raises(FragmentError, match=r"did not read EOF at expected Fragment\.End"):
+        await reader.read()
+    with pytest.raises(ConfigError, match="pass file_root"):
+        await open_fragment_url(fragment(pb.NONE), "file:///long", BEGIN)
+    with pytest.raises(FragmentError, match="opening"):
+        await open_fragment_url(fragment(pb.NONE), "file:///missing", BEGIN, file_root=str(tmp_path))
+    (tmp_path / "corrupt").write_bytes(b"not gzip at all")
+    with pytest.raises(FragmentError, match="gzip"):
+        await open_fragment_url(fragment(pb.GZIP), "file:///corrupt", BEGIN + 1, file_root=str(tmp_path))
+    # A URL cannot climb out of the file root.
+    (tmp_path / "root").mkdir()
+    with pytest.raises(FragmentError, match="opening"):
+        await open_fragment_url(fragment(pb.NONE), "file:///../long", BEGIN, file_root=str(tmp_path / "root"))
+
+
+class _Store(http.server.BaseHTTPRequestHandler):
+    """Serves `objects` by path, recording each request's Accept-Encoding."""
+
+    objects: dict[str, tuple[bytes, str]] = {}
+    accept: list[str] = []
+
+    def do_GET(self) -> None:
+        _Store.accept.append(self.headers.get("Accept-Encoding", ""))
+        path = self.path.split("?", 1)[0]
+        if path not in self.objects:
+            self.send_error(404)
+            return
+        body, encoding = self.objects[path]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def store() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Store.objects, _Store.accept = {}, []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def read_all(url: str, frag: pb.Fragment, offset: int) -> bytes:
+    reader = await open_fragment_url(frag, url, offset)
+    out = b""
+    while chunk := await reader.read():
+        out += chunk
+    await reader.close()
+    return out
+
+
+async def test_http_fragment_urls(store: str) -> None:
+    _Store.objects = {
+        "/gz": (compressed(pb.GZIP), ""),
+        "/offload-gzipped": (gzip.compress(CONTENT), "gzip"),  # The store ignored "identity".
+        "/offload-plain": (CONTENT, ""),  # The store decompressed for us.
+        "/zst": (compressed(pb.ZSTANDARD), ""),
+    }
+    assert await read_all(f"{store}/gz?X-Amz-Signature=secret", fragment(pb.GZIP), BEGIN + 5) == CONTENT[5:]
+    offload = fragment(pb.GZIP_OFFLOAD_DECOMPRESSION)
+    assert await read_all(f"{store}/offload-gzipped", offload, BEGIN) == CONTENT
+    assert await read_all(f"{store}/offload-plain", offload, BEGIN + 54999) == CONTENT[54999:]
+    assert await read_all(f"{store}/zst", fragment(pb.ZSTANDARD), BEGIN) == CONTENT
+    assert _Store.accept[:3] == ["gzip", "identity", "identity"]
+    with pytest.raises(FragmentError, match="!OK fetching") as info:
+        await open_fragment_url(fragment(pb.NONE), f"{store}/missing?X-Amz-Signature=secret", BEGIN)
+    assert "secret" not in str(info.value)  # Signatures stay out of error texts.
