@@ -7,6 +7,8 @@
 - `decoder`: `EnvelopeDecoder`, which turns a journal's byte chunks into Envelopes.
 - `mapping`: modulo, rendezvous and random mappings of messages to journals.
 - `sequencer`: the `Sequencer`, which orders, deduplicates and commits envelopes.
+- `publisher`: the `Publisher` (committed and transactional publishing, ACK intents).
+- `readers`: `read_uncommitted` and `read_committed` async iterators over a journal.
 - `errors`: the `MessageError` hierarchy.
 """
 
@@ -60,6 +62,8 @@ from consumer.message.mapping import (
     random_mapping,
     rendezvous_mapping,
 )
+from consumer.message.publisher import AckIntent, Publisher
+from consumer.message.readers import fetch_journal_spec, read_committed, read_uncommitted
 from consumer.message.sequencer import QueueOutcome, ReplayRequest, Sequencer
 from consumer.message.uuid import (
     ZERO_UUID,
@@ -82,6 +86,7 @@ __all__ = [
     "PROTO_FIXED_FRAMING",
     "TICK",
     "ZERO_UUID",
+    "AckIntent",
     "CSVFrameable",
     "CSVFraming",
     "CSVRecord",
@@ -112,6 +117,7 @@ __all__ = [
     "ProducerState",
     "ProtoFixedFraming",
     "ProtoFrameable",
+    "Publisher",
     "QueueOutcome",
     "ReplayError",
     "ReplayRequest",
@@ -127,6 +133,7 @@ __all__ = [
     "clock_unix_ns",
     "decode_chunks",
     "encode_fixed_frame",
+    "fetch_journal_spec",
     "flags_string",
     "fnv1a32",
     "framing_for",
@@ -137,6 +144,8 @@ __all__ = [
     "new_producer_id",
     "parse_uuid",
     "random_mapping",
+    "read_committed",
+    "read_uncommitted",
     "register_framing",
     "rendezvous_mapping",
     "supported_content_types",
