@@ -92,6 +92,16 @@ async def _answers(client: Any, timeout: float) -> bool:
     return True
 
 
+async def _port_open(host: str, port: int, timeout: float) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 async def connect_etcd(host: str, port: int, timeout: float) -> Any:
     """An aetcd client of the etcd at host:port, once it answers; EtcdUnavailableError after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -295,11 +305,18 @@ async def open_etcd(
         return EtcdConnection(client, address, "flag")
 
     existing = f"http://localhost:{client_port}"
-    client = aetcd.Client(host="localhost", port=client_port)
-    if await _answers(client, PROBE_TIMEOUT):
-        log.info("using the etcd already running at %s", existing)
-        return EtcdConnection(client, existing, "existing")
-    await client.close()
+    # Something listening there is given the full timeout to answer as etcd (a loaded machine
+    # is slow to); only a closed port means there is no etcd to join.
+    if await _port_open("localhost", client_port, PROBE_TIMEOUT):
+        client = aetcd.Client(host="localhost", port=client_port)
+        if await _answers(client, timeout):
+            log.info("using the etcd already running at %s", existing)
+            return EtcdConnection(client, existing, "existing")
+        await client.close()
+        raise EtcdUnavailableError(
+            f"port {client_port} is in use but does not answer as etcd within {timeout:g}s; "
+            "free it, or pass --etcd.embedded-port or --etcd.address"
+        )
 
     proc = EtcdProcess(
         state_dir / "etcd",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -123,3 +124,14 @@ def test_embedded_dies_with_sigkilled_owner(tmp_path: Path) -> None:
             parent.wait()
         if "etcd_pid" in locals() and not _dead(etcd_pid):
             os.kill(etcd_pid, signal.SIGKILL)
+
+
+async def test_port_taken_by_something_else_is_a_clear_error(tmp_path: Path) -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(EtcdUnavailableError, match=f"port {port} is in use but does not answer as etcd"):
+            await open_etcd(None, tmp_path, log, client_port=port, peer_port=free_port(), timeout=1.0)
+    finally:
+        server.close()
+        await server.wait_closed()
