@@ -73,6 +73,8 @@ FATAL_CODES = frozenset({
 DEFAULT_JOURNAL_MEMORY_LIMIT = 1 << 20
 DEFAULT_MEMORY_LIMIT = 32 << 20
 DEFAULT_MAX_BATCH = 8 << 20
+_REQUEST_CACHE_SIZE = 4096
+_NO_DEPS: frozenset[asyncio.Future[Any]] = frozenset()
 
 
 class _Budget:
@@ -227,7 +229,7 @@ Dependency = AsyncAppend | asyncio.Future[Any]
 class _Batch:
     request: pb.AppendRequest
     key: bytes
-    dependencies: set[asyncio.Future[Any]]
+    dependencies: set[asyncio.Future[Any]] | frozenset[asyncio.Future[Any]]
     buffer: _SpillBuffer
     future: asyncio.Future[pb.AppendResponse]
     appends: list[AsyncAppend] = field(default_factory=list)
@@ -276,6 +278,7 @@ class AppendService:
         self.stats = ServiceStats()
         self._memory = _Budget(memory_limit)
         self._journals: dict[str, _Journal] = {}
+        self._requests: dict[str, tuple[pb.AppendRequest, bytes]] = {}
         self._closed = False
 
     @property
@@ -303,15 +306,25 @@ class AppendService:
         if self._closed:
             raise ServiceClosed("the AppendService is closed", journal=str(getattr(journal, "journal", journal)))
         loop = asyncio.get_running_loop()
-        request = append_request(journal)
-        data = bytes(data)
-        deps = {d.future if isinstance(d, AsyncAppend) else d for d in dependencies}
+        cached = self._requests.get(journal) if isinstance(journal, str) else None
+        if cached is None:
+            request = append_request(journal)
+            key = request.SerializeToString(deterministic=True)
+            if isinstance(journal, str):
+                # Validated once per name: batches share the request, which is never modified.
+                if len(self._requests) >= _REQUEST_CACHE_SIZE:
+                    self._requests.clear()
+                self._requests[journal] = (request, key)
+        else:
+            request, key = cached
+        if type(data) is not bytes:
+            data = bytes(data)
+        deps = {d.future if isinstance(d, AsyncAppend) else d for d in dependencies} if dependencies else _NO_DEPS
 
         j = self._journals.get(request.journal)
         if j is None:
             j = _Journal(request.journal, _Budget(self.journal_memory_limit, self._memory))
             self._journals[request.journal] = j
-        key = request.SerializeToString(deterministic=True)
         batch = j.batches[-1] if j.batches else None
         if (
             batch is None
