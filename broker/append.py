@@ -17,7 +17,7 @@ from typing import Any
 
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
-from broker.keyspace import compare_mod, item_key, put_op, txn
+from broker.keyspace import compare_mod, put_op, txn, write_suspend
 from broker.pipeline import THREADED_APPLY_MIN, Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
 from broker.replica import Replica, maybe_roll_fragment
@@ -205,15 +205,11 @@ class Append:
     async def _write_suspend(self, res: Resolution, level: int, offset: int) -> None:
         """Write the journal's suspension state, guarded by the spec's and assignments' revisions."""
         assert res.spec is not None
-        spec = pb.JournalSpec()
-        spec.CopyFrom(res.spec)
-        spec.suspend.level = level  # type: ignore[assignment]
-        spec.suspend.offset = offset
         keyspace = self.state.keyspace
-        key = item_key(self.state.root, self.journal)
-        compares = [compare_mod(key, res.mod_revision)]
-        compares += [compare_mod(a.key, a.mod_revision) for a in keyspace.assignments(self.journal)]
-        _ok, revision = await txn(self.state.etcd, compares, [put_op(key, spec.SerializeToString())])
+        assignments = [compare_mod(a.key, a.mod_revision) for a in keyspace.assignments(self.journal)]
+        _ok, revision = await write_suspend(
+            self.state.etcd, self.state.root, res.spec, res.mod_revision, level, offset, assignments
+        )
         # Whether or not we won the race, re-resolve once the mirror has caught up.
         await keyspace.wait_for_revision(revision)
         self._min_revision = max(self._min_revision, revision)

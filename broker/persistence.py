@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from broker import metrics
 from broker.fragment import CoverSet, Fragment
@@ -32,13 +32,18 @@ DELETE_PROBE_TIMEOUT = 60.0
 class FragmentPersistence:
     """The broker's store layer, shared by every replica."""
 
-    def __init__(self, registry: StoreRegistry, keyspace: KeySpace, spool_dir: str | None) -> None:
+    def __init__(
+        self,
+        registry: StoreRegistry,
+        keyspace: KeySpace,
+        spool_dir: str | None,
+        replica_of: Callable[[str], Replica | None],
+    ) -> None:
         self.registry = registry
-        self._keyspace = keyspace
+        self._replica_of = replica_of
         self.persister = Persister(
             registry, spool_dir, self._on_persisted, journal_exists=lambda j: j in keyspace.journals
         )
-        self._replicas: dict[str, Replica] = {}
 
     # --- Persisting -------------------------------------------------------------------------
 
@@ -75,7 +80,7 @@ class FragmentPersistence:
             "fragment persisted",
             extra={"journal": spec.journal, "store": url, "path": content_path(spec), "uploaded": uploaded},
         )
-        replica = self._replicas.get(spec.journal)
+        replica = self._replica_of(spec.journal)
         if replica is not None:
             replica.request_refresh()
 
@@ -90,32 +95,27 @@ class FragmentPersistence:
 
     def start_refresh(self, replica: Replica) -> asyncio.Task[None]:
         """Replica hook: list the journal's stores now and every refresh_interval."""
-        self._replicas[replica.journal] = replica
         return asyncio.get_running_loop().create_task(self._refresh_loop(replica))
 
     async def _refresh_loop(self, replica: Replica) -> None:
         journal = replica.journal
-        try:
-            while not replica.closed:
-                fragment_spec = replica.spec.fragment
-                interval = fragment_spec.refresh_interval.ToTimedelta().total_seconds() or DEFAULT_REFRESH_INTERVAL
-                replica.refresh_requested.clear()
-                try:
-                    stores = [(url, self.registry.get(url)) for url in fragment_spec.stores]
-                    listing = await list_fragments(journal, stores) if stores else CoverSet()
-                except (StoreError, OSError) as exc:
-                    log.warning("listing fragment stores failed", extra={"journal": journal, "error": str(exc)})
-                    interval = min(interval, MAX_ERROR_RETRY)
-                else:
-                    if not replica.closed:
-                        replica.index.replace_remote(listing)
-                try:
-                    await asyncio.wait_for(replica.refresh_requested.wait(), interval)
-                except TimeoutError:
-                    pass
-        finally:
-            if self._replicas.get(journal) is replica:
-                del self._replicas[journal]
+        while not replica.closed:
+            fragment_spec = replica.spec.fragment
+            interval = fragment_spec.refresh_interval.ToTimedelta().total_seconds() or DEFAULT_REFRESH_INTERVAL
+            replica.refresh_requested.clear()
+            try:
+                stores = [(url, self.registry.get(url)) for url in fragment_spec.stores]
+                listing = await list_fragments(journal, stores) if stores else CoverSet()
+            except (StoreError, OSError) as exc:
+                log.warning("listing fragment stores failed", extra={"journal": journal, "error": str(exc)})
+                interval = min(interval, MAX_ERROR_RETRY)
+            else:
+                if not replica.closed:
+                    replica.index.replace_remote(listing)
+            try:
+                await asyncio.wait_for(replica.refresh_requested.wait(), interval)
+            except TimeoutError:
+                pass
 
     # --- Reads, signed URLs and health ------------------------------------------------------
 

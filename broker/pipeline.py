@@ -69,16 +69,17 @@ class Pipeline:
 
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Send `req` to every peer and apply it to the local spool; returns the local response."""
-        local: asyncio.Future[pb.ReplicateResponse] | None = None
-        if len(req.content) >= THREADED_APPLY_MIN:
-            # Writing and hashing a large chunk release the GIL: overlap them with the event loop.
-            local = asyncio.ensure_future(asyncio.to_thread(self.spool.apply, req))
+        if len(req.content) < THREADED_APPLY_MIN:
+            await self._send(req)
+            return self.spool.apply(req)
+        # Writing and hashing a large chunk release the GIL: overlap them with the event loop.
+        local = asyncio.ensure_future(asyncio.to_thread(self.spool.apply, req))
         try:
             await self._send(req)
-        finally:
-            if local is not None:
-                resp = await local
-        return resp if local is not None else self.spool.apply(req)
+        except BaseException:
+            await asyncio.gather(local, return_exceptions=True)  # The spool settles before any rollback.
+            raise
+        return await local
 
     async def _send(self, req: pb.ReplicateRequest) -> None:
         for member, call in self._streams:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.fragment import CoverSet, Fragment, Index, Spool
+from broker.fragment import Fragment, Index, Spool
 from broker.protocol import pb
 
 if TYPE_CHECKING:
@@ -55,13 +55,9 @@ class Replica:
         if self._persister is not None:
             self._persister(self, f)
 
-    def start(self, refresh: Callable[[Replica], asyncio.Task[None]] | None = None) -> None:
-        """Begin indexing: list the journal's stores now and every refresh_interval."""
-        if refresh is not None:
-            self._tasks.append(refresh(self))
-        else:
-            # Without a store layer the journal is a pure stream: its remote index is empty.
-            self.index.replace_remote(CoverSet())
+    def start(self, refresh: Callable[[Replica], asyncio.Task[None]]) -> None:
+        """Begin indexing: `refresh` lists the journal's stores now and every refresh_interval."""
+        self._tasks.append(refresh(self))
 
     def update_spec(self, spec: pb.JournalSpec) -> None:
         if list(spec.fragment.stores) != list(self.spec.fragment.stores):

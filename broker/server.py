@@ -17,13 +17,10 @@ from broker.http_gateway import HttpGateway
 from broker.keyspace import (
     Announcement,
     KeySpace,
-    compare_mod,
-    item_key,
     member_key,
     open_etcd,
-    put_op,
     run_allocator,
-    txn,
+    write_suspend,
 )
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS, PeerDialer
@@ -108,7 +105,8 @@ class Broker:
         cfg.port = self.listener.port
 
         self.persistence = FragmentPersistence(
-            StoreRegistry(cfg.file_root), self.keyspace, str(self.spool_dir)
+            StoreRegistry(cfg.file_root), self.keyspace, str(self.spool_dir),
+            replica_of=lambda journal: self.resolver.replicas.get(journal),
         )
         self.resolver = Resolver(self.keyspace, self.local_id, self._new_replica)
         self.state = BrokerState(
@@ -233,7 +231,6 @@ class Broker:
         would find the stores ahead of its empty spool and, like Gazette after an unclean exit,
         refuse appends with INDEX_HAS_GREATER_OFFSET until `gazctl journals reset-head`.
         """
-        root = self.config.etcd_prefix
         for name, replica in list(self.resolver.replicas.items()):
             item = self.keyspace.journals.get(name)
             route = self.keyspace.route(name)
@@ -242,13 +239,11 @@ class Broker:
             head = replica.spool.fragment.end
             if head <= item.spec.suspend.offset:
                 continue
-            spec = pb.JournalSpec()
-            spec.CopyFrom(item.spec)
-            spec.suspend.offset = head
-            key = item_key(root, name)
             try:
-                ok, _ = await txn(self.etcd.client, [compare_mod(key, item.mod_revision)],
-                                  [put_op(key, spec.SerializeToString())])
+                ok, _ = await write_suspend(
+                    self.etcd.client, self.config.etcd_prefix, item.spec, item.mod_revision,
+                    item.spec.suspend.level, head,
+                )
             except Exception as exc:  # etcd unreachable: the journal then needs reset-head.
                 ok = False
                 log.warning("recording write head failed", extra={"journal": name, "error": str(exc)})

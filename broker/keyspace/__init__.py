@@ -16,6 +16,7 @@ from broker.keyspace.keyspace import (
     member_key,
     put_op,
     txn,
+    write_suspend,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "put_op",
     "run_allocator",
     "txn",
+    "write_suspend",
 ]

@@ -525,3 +525,17 @@ async def txn(
     """Run a transaction; return (succeeded, header revision)."""
     resp = await txn_response(client, compares, success, failure)
     return bool(resp.succeeded), int(resp.header.revision)
+
+
+async def write_suspend(
+    client: Any, root: str, spec: pb.JournalSpec, mod_revision: int, level: int, offset: int,
+    compares: Sequence[Any] = (),
+) -> tuple[bool, int]:
+    """Put a copy of `spec` with suspend = {level, offset}, if its item is still at `mod_revision`
+    and `compares` hold. Returns (succeeded, header revision)."""
+    updated = pb.JournalSpec()
+    updated.CopyFrom(spec)
+    updated.suspend.level = level  # type: ignore[assignment]
+    updated.suspend.offset = offset
+    key = item_key(root, spec.name)
+    return await txn(client, [compare_mod(key, mod_revision), *compares], [put_op(key, updated.SerializeToString())])
