@@ -29,12 +29,12 @@ def table(
 ) -> Table:
     """Return a table of journals: Name, then RF, Primary, Replicas, Stores and label columns if asked."""
     out = Table(box=box.ASCII, show_edge=True, highlight=False)
-    out.add_column("Name", overflow="fold")
-    for on, header in ((rf, "RF"), (primary, "Primary"), (replicas, "Replicas"), (stores, "Stores")):
+    out.add_column("NAME", overflow="fold")
+    for on, header in ((rf, "RF"), (primary, "PRIMARY"), (replicas, "REPLICAS"), (stores, "STORES")):
         if on:
             out.add_column(header, overflow="fold")
     for name in label_columns:
-        out.add_column(name, overflow="fold")
+        out.add_column(name.upper(), overflow="fold")
 
     for journal in resp.journals:
         spec, route = journal.spec, journal.route

@@ -39,6 +39,8 @@ class BrokerProcess:
         self.state_dir.mkdir(parents=True)
         self.log_path = self.state_dir / "broker.log"
         self.broker_id = broker_id or f"broker-{self.port}"
+        self.file_root = Path(extra[extra.index("--broker.file-root") + 1]) if "--broker.file-root" in extra else None
+        """The root of the broker's `file://` store, if it has one."""
         args = [
             sys.executable, "-m", "broker", "serve",
             "--broker.port", str(self.port), "--broker.host", "127.0.0.1", "--broker.bind", "127.0.0.1",
@@ -122,3 +124,31 @@ def wait_for_primary(stub: pb_grpc.JournalStub, journal: str, timeout: float = 1
                     return
         time.sleep(0.05)
     raise TimeoutError(f"journal {journal} has no primary")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_gazctl(
+    broker: BrokerProcess | None,
+    *args: str,
+    input: str | bytes | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run `gazctl ARGS` as a user would, with $BROKER_ADDRESS pointing at `broker` (if given).
+
+    Text mode unless `input` is bytes (then stdout/stderr are bytes too, decoded by the caller).
+    A `HOME` without a gazctl.ini keeps the developer's own configuration out of the test.
+    """
+    base = {k: v for k, v in os.environ.items() if k not in ("BROKER_ADDRESS", "LOG_LEVEL", "LOG_FORMAT")}
+    base["HOME"] = str(cwd or ROOT)
+    if broker is not None:
+        base["BROKER_ADDRESS"] = broker.url
+    base.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gazctl", *args],
+        input=input, capture_output=True, text=not isinstance(input, bytes), env=base,
+        cwd=cwd or ROOT, timeout=timeout,
+    )

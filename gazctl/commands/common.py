@@ -1,4 +1,5 @@
-"""Options shared by every command (`--broker.address`, `--log.level`, `--log.format`) and error reporting.
+"""What every command shares: options (`--broker.address`, `--log.level`, `--log.format`,
+`--selector`), running the async client, error reporting, stdout tables and progress bars.
 
 The shared options are accepted both before the command (`gazctl --log.level debug journals
 list`) and after it, as Gazette's gazctl takes them (`gazctl journals list --log.level debug`);
@@ -7,20 +8,27 @@ the later one wins. Then `$LOG_LEVEL` / `$LOG_FORMAT`, then the defaults (`warn`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Annotated, TypeVar
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from broker import logs
+from broker.client import ClientError, EtcdTransactionFailed, JournalClient, TransportError
+from broker.protocol import pb
+from broker.protocol.validation import validate_list_request
 from gazctl.config import DialTarget, dial_target, resolve_broker_address
 from gazctl.errors import ConfigError, GazctlError
+from gazctl.selectors import parse_selector
 
 log = logging.getLogger("gazctl")
 
@@ -77,6 +85,25 @@ LogFormatOption = Annotated[
 ]
 
 
+SelectorOption = Annotated[
+    str,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Label selector of journals, e.g. 'app.gazette.dev/message-type=Foo,prefix=a/b/' or 'name=a/b'",
+    ),
+]
+RequiredSelectorOption = Annotated[
+    str,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Label selector of journals (required), e.g. 'prefix=a/b/' or 'name in (a/b, a/c)'",
+        show_default=False,
+    ),
+]
+
+
 @dataclass
 class GlobalOptions:
     """Shared options as given before the command; None where not given."""
@@ -91,6 +118,23 @@ class Settings:
     """Resolved shared options of one command."""
 
     target: DialTarget
+
+    @property
+    def address(self) -> str:
+        return self.target.address
+
+    def client(self, *, file_root: str | None = None) -> JournalClient:
+        """A JournalClient of the resolved broker. As Gazette's gazctl (no route cache), the broker proxies."""
+        return JournalClient(self.address, file_root=file_root, route_cache=False)
+
+    def run(self, work: Callable[[JournalClient], Awaitable[T]], *, file_root: str | None = None) -> T:
+        """Run `work` with a client in a fresh event loop, closing the client after; return its result."""
+
+        async def main() -> T:
+            async with self.client(file_root=file_root) as client:
+                return await work(client)
+
+        return asyncio.run(main())
 
 
 def setup(
@@ -111,15 +155,76 @@ def setup(
 
 @contextmanager
 def reported() -> Iterator[None]:
-    """Report a GazctlError raised within the block as one line on stderr, and exit with status 1."""
+    """Report an error raised within the block as one line on stderr, and exit with status 1.
+
+    GazctlError and the client's ClientError are the errors a user can act on; Ctrl-C exits 130
+    and a closed stdout (e.g. `| head`) exits quietly.
+    """
     try:
         yield
-    except GazctlError as err:
-        sys.stderr.write(f"error: {err}\n")
+    except (GazctlError, ClientError) as err:
+        sys.stderr.write(f"error: {err}{_hint(err)}\n")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except BrokenPipeError:
+        # Python would complain again when flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(1) from None
 
 
+def _hint(err: Exception) -> str:
+    if isinstance(err, EtcdTransactionFailed):
+        return (
+            " (a journal's current revision differs from the spec's `revision`: it was changed, created or"
+            " deleted since it was listed; list the journals again, or use `revision: -1` to overwrite)"
+        )
+    if isinstance(err, TransportError) and err.code is not None and err.code.name == "UNAVAILABLE":
+        return " (is a broker listening there? set --broker.address or $BROKER_ADDRESS)"
+    return ""
+
+
+def parse_list_selector(text: str, flag: str = "--selector") -> pb.LabelSelector:
+    """Parse a selector as a ListRequest takes it (e.g. a `prefix` value must end in '/'); "" selects all."""
+    try:
+        selector = parse_selector(text) if text else pb.LabelSelector()
+        validate_list_request(pb.ListRequest(selector=selector))
+    except ValueError as err:  # SelectorError and ValidationError.
+        raise GazctlError(f"invalid {flag} {text!r}: {err}") from None
+    return selector
+
+
+def require_selector(text: str) -> pb.LabelSelector:
+    """Parse a selector which must be given (commands that change or delete things)."""
+    if not text.strip():
+        raise GazctlError("--selector (-l) is required, e.g. -l name=example/journal or -l prefix=example/")
+    return parse_list_selector(text)
+
+
+def stdout_console() -> Console:
+    """A console for data on stdout; when not a terminal, wide enough never to fold a cell."""
+    console = Console(file=sys.stdout, highlight=False)
+    if not console.is_terminal:
+        console = Console(file=sys.stdout, highlight=False, width=1 << 16)
+    return console
+
+
+def progress() -> Progress:
+    """A progress bar on stderr, shown only when stderr is a terminal (none when piped or redirected)."""
+    console = Console(file=sys.stderr)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+
+
 E = TypeVar("E", bound=Enum)
+T = TypeVar("T")
 
 
 def _choice(given: E | None, env_name: str, enum: type[E], default: E) -> E:

@@ -1,0 +1,7 @@
+"""`gazctl journals maintenance` (not built yet)."""
+
+from __future__ import annotations
+
+from gazctl.commands.journals._app import app
+
+__all__ = ["app"]
