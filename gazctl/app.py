@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gazctl.commands import journals
+from gazctl.commands import attach_uuids, journals, print_config
 from gazctl.commands.common import BrokerAddressOption, GlobalOptions, LogFormatOption, LogLevelOption
 
 app = typer.Typer(
@@ -15,6 +15,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(journals.app, name="journals")
+attach_uuids.register(app)
+print_config.register(app)
 
 
 @app.callback()
