@@ -17,6 +17,7 @@ from broker.client.config import (
     DEFAULT_BROKER_ADDRESS,
     INI_NAME,
     DialTarget,
+    Resolved,
     find_ini,
     ini_paths,
 )
@@ -30,11 +31,13 @@ __all__ = [
     "DEFAULT_BROKER_ADDRESS",
     "INI_NAME",
     "DialTarget",
+    "Resolved",
     "dial_target",
     "find_ini",
     "ini_paths",
     "read_ini_option",
     "resolve_broker_address",
+    "resolve_option",
 ]
 
 
@@ -55,6 +58,23 @@ def resolve_broker_address(
     """See `broker.client.config.resolve_broker_address`."""
     try:
         return _config.resolve_broker_address(flag, env, cwd, home)
+    except ClientConfigError as err:
+        raise ConfigError(str(err)) from None
+
+
+def resolve_option(
+    flag: str | None,
+    env_name: str,
+    section: str,
+    key: str,
+    default: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Resolved:
+    """See `broker.client.config.resolve_option`."""
+    try:
+        return _config.resolve_option(flag, env_name, section, key, default, env, cwd, home)
     except ClientConfigError as err:
         raise ConfigError(str(err)) from None
 

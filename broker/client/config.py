@@ -57,6 +57,38 @@ def read_ini_option(path: Path, section: str, key: str) -> str | None:
     return _unquote(parser.get(matched, key).strip())
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A setting's value and where it came from: `flag`, `env`, the INI file's path, or `default`."""
+
+    value: str
+    source: str
+
+
+def resolve_option(
+    flag: str | None,
+    env_name: str,
+    section: str,
+    key: str,
+    default: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Resolved:
+    """Resolve a setting: the flag, then `$env_name`, then `key` of `section` in the INI file, then `default`."""
+    env = os.environ if env is None else env
+    if flag:
+        return Resolved(flag, "flag")
+    if env.get(env_name):
+        return Resolved(env[env_name], "env")
+    ini = find_ini(cwd or Path.cwd(), home or Path.home())
+    if ini is not None:
+        value = read_ini_option(ini, section, key)
+        if value:
+            return Resolved(value, str(ini))
+    return Resolved(default, "default")
+
+
 def resolve_broker_address(
     flag: str | None,
     env: Mapping[str, str] | None = None,
@@ -64,17 +96,9 @@ def resolve_broker_address(
     home: Path | None = None,
 ) -> str:
     """Return the broker address: flag, then $BROKER_ADDRESS, then the INI file, then the default."""
-    env = os.environ if env is None else env
-    if flag:
-        return flag
-    if env.get(BROKER_ADDRESS_ENV):
-        return env[BROKER_ADDRESS_ENV]
-    ini = find_ini(cwd or Path.cwd(), home or Path.home())
-    if ini is not None:
-        value = read_ini_option(ini, BROKER_SECTION, ADDRESS_KEY)
-        if value:
-            return value
-    return DEFAULT_BROKER_ADDRESS
+    return resolve_option(
+        flag, BROKER_ADDRESS_ENV, BROKER_SECTION, ADDRESS_KEY, DEFAULT_BROKER_ADDRESS, env, cwd, home
+    ).value
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,16 @@ from broker import logs
 from broker.client import ClientError, EtcdTransactionFailed, JournalClient, TransportError
 from broker.protocol import pb
 from broker.protocol.validation import validate_list_request
-from gazctl.config import DialTarget, dial_target, resolve_broker_address
+from gazctl.config import (
+    ADDRESS_KEY,
+    BROKER_ADDRESS_ENV,
+    BROKER_SECTION,
+    DEFAULT_BROKER_ADDRESS,
+    DialTarget,
+    Resolved,
+    dial_target,
+    resolve_option,
+)
 from gazctl.errors import ConfigError, GazctlError
 from gazctl.selectors import parse_selector
 
@@ -113,11 +122,18 @@ class GlobalOptions:
     log_format: LogFormat | None = None
 
 
+LOG_SECTION = "Log"
+"""The INI section of the log options (keys `Level` and `Format`), as `print-config` writes it."""
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Resolved shared options of one command."""
+    """Resolved shared options of one command, and where each came from."""
 
     target: DialTarget
+    broker_address: Resolved
+    log_level: Resolved
+    log_format: Resolved
 
     @property
     def address(self) -> str:
@@ -143,14 +159,20 @@ def setup(
     log_level: LogLevel | None,
     log_format: LogFormat | None,
 ) -> Settings:
-    """Merge the shared options of `ctx` and of the command, configure logging, and resolve the broker."""
+    """Merge the shared options of `ctx` and of the command, configure logging, and resolve the broker.
+
+    Each option is the first of: the flag (after the command, else before it), its environment
+    variable, the first gazctl.ini found (`./`, then `~/.config/gazette/`), the default.
+    """
     given = ctx.find_object(GlobalOptions) or GlobalOptions()
-    level = _choice(log_level or given.log_level, "LOG_LEVEL", LogLevel, LogLevel.warn)
-    fmt = _choice(log_format or given.log_format, "LOG_FORMAT", LogFormat, LogFormat.text)
-    logs.configure("debug" if level is LogLevel.trace else level.value, fmt.value)
-    address = resolve_broker_address(broker_address or given.broker_address)
-    log.debug("resolved broker address", extra={"address": address})
-    return Settings(dial_target(address))
+    level = _choice(log_level or given.log_level, "--log.level", "LOG_LEVEL", "Level", LogLevel, LogLevel.warn)
+    fmt = _choice(log_format or given.log_format, "--log.format", "LOG_FORMAT", "Format", LogFormat, LogFormat.text)
+    logs.configure("debug" if level.value == LogLevel.trace else level.value, fmt.value)
+    address = resolve_option(
+        broker_address or given.broker_address, BROKER_ADDRESS_ENV, BROKER_SECTION, ADDRESS_KEY, DEFAULT_BROKER_ADDRESS
+    )
+    log.debug("resolved broker address", extra={"address": address.value, "source": address.source})
+    return Settings(dial_target(address.value), address, level, fmt)
 
 
 @contextmanager
@@ -227,14 +249,12 @@ E = TypeVar("E", bound=Enum)
 T = TypeVar("T")
 
 
-def _choice(given: E | None, env_name: str, enum: type[E], default: E) -> E:
-    if given is not None:
-        return given
-    raw = os.environ.get(env_name, "")
-    if not raw:
-        return default
+def _choice(given: E | None, flag: str, env_name: str, key: str, enum: type[E], default: E) -> Resolved:
+    resolved = resolve_option(given.value if given is not None else None, env_name, LOG_SECTION, key, default.value)
     try:
-        return enum(raw.lower())
+        enum(resolved.value.lower())
     except ValueError:
         options = ", ".join(str(e.value) for e in enum)
-        raise ConfigError(f"invalid ${env_name} {raw!r} (expected one of {options})") from None
+        where = {"env": f"${env_name}", "default": "default", "flag": flag}.get(resolved.source, resolved.source)
+        raise ConfigError(f"invalid {flag} {resolved.value!r} from {where} (expected one of {options})") from None
+    return Resolved(resolved.value.lower(), resolved.source)
