@@ -142,13 +142,20 @@ def run_gazctl(
     Text mode unless `input` is bytes (then stdout/stderr are bytes too, decoded by the caller).
     A `HOME` without a gazctl.ini keeps the developer's own configuration out of the test.
     """
-    base = {k: v for k, v in os.environ.items() if k not in ("BROKER_ADDRESS", "LOG_LEVEL", "LOG_FORMAT")}
-    base["HOME"] = str(cwd or ROOT)
-    if broker is not None:
-        base["BROKER_ADDRESS"] = broker.url
+    base = gazctl_env(broker, cwd)
     base.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "gazctl", *args],
         input=input, capture_output=True, text=not isinstance(input, bytes), env=base,
         cwd=cwd or ROOT, timeout=timeout,
     )
+
+
+def gazctl_env(broker: BrokerProcess | None = None, cwd: Path | None = None) -> dict[str, str]:
+    """The environment of a gazctl child: HOME is `cwd` (or the repository), $BROKER_ADDRESS names `broker`."""
+    base = {k: v for k, v in os.environ.items() if k not in ("BROKER_ADDRESS", "LOG_LEVEL", "LOG_FORMAT")}
+    base["HOME"] = str(cwd or ROOT)
+    base["PYTHONPATH"] = str(ROOT)  # `python -m gazctl` from any directory runs this checkout's gazctl.
+    if broker is not None:
+        base["BROKER_ADDRESS"] = broker.url
+    return base
