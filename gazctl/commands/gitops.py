@@ -1,0 +1,251 @@
+"""`gazctl plan DIR` and `gazctl sync DIR`: reconcile the cluster's journals to a spec repository.
+
+Exit codes (both commands):
+  0  success: the cluster matches the tree, or sync applied the plan, or a plan was printed
+  1  error: an invalid tree, a broker error, an ownership conflict, a refused prune, a stale plan
+  2  usage error (bad flags or arguments)
+  3  changes are pending (only with --detailed-exitcode: `plan`, or `sync --dry-run`)
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from broker.protocol import pb
+from gazctl.commands.common import (
+    BrokerAddressOption,
+    LogFormatOption,
+    LogLevelOption,
+    Settings,
+    reported,
+    setup,
+)
+from gazctl.gitops import render, source, sync, tree
+from gazctl.gitops.errors import GitOpsError, StalePlan
+from gazctl.gitops.plan import DEFAULT_MAX_PRUNE, Plan, make_plan
+
+EXIT_CHANGES = 3
+"""Exit status of `plan --detailed-exitcode` (and `sync --dry-run --detailed-exitcode`) when changes are pending."""
+
+
+class PlanFormat(StrEnum):
+    """Output formats of a plan."""
+
+    text = "text"
+    json = "json"
+
+
+DirArgument = Annotated[
+    Path,
+    typer.Argument(help="Directory of spec files: *.yaml journalspace trees and *.yaml.j2 jinja2 templates of them"),
+]
+ValuesOption = Annotated[
+    Path | None,
+    typer.Option("--values", help="YAML mapping of template variables \\[default: DIR/values.yaml if it exists]"),
+]
+OwnerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--owner",
+        help="Owner name written to the app.gazette.dev/managed-by label \\[default: the git remote 'origin' as"
+        " host/path, else the directory's name]",
+    ),
+]
+PruneOption = Annotated[
+    bool, typer.Option("--prune", help="Delete journals this tree manages that are no longer in it")
+]
+MaxPruneOption = Annotated[
+    int, typer.Option("--max-prune", min=0, help="Refuse to prune more journals than this")
+]
+AllowMassPruneOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-mass-prune", help="Prune even more than --max-prune, or every journal the tree manages"
+    ),
+]
+FormatOption = Annotated[
+    PlanFormat,
+    typer.Option(
+        "--format", "-o", help="Plan output: text for people, or a JSON document for CI", case_sensitive=False
+    ),
+]
+DetailedExitcodeOption = Annotated[
+    bool,
+    typer.Option(
+        "--detailed-exitcode",
+        help=f"Exit {EXIT_CHANGES} when changes are pending (0: in sync, 1: error), as terraform plan's",
+    ),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `plan` and `sync` to the root app."""
+    app.command("plan", epilog=_EXIT_CODES)(plan_command)
+    app.command("sync", epilog=_EXIT_CODES)(sync_command)
+
+
+_EXIT_CODES = (
+    f"Exit codes: 0 success (in sync, or applied); 1 error; 2 usage error; {EXIT_CHANGES} changes pending"
+    " (with --detailed-exitcode)."
+)
+
+
+def plan_command(
+    ctx: typer.Context,
+    directory: DirArgument,
+    values: ValuesOption = None,
+    owner: OwnerOption = None,
+    prune: PruneOption = False,
+    max_prune: MaxPruneOption = DEFAULT_MAX_PRUNE,
+    allow_mass_prune: AllowMassPruneOption = False,
+    output: FormatOption = PlanFormat.text,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Also save the plan as JSON, for `gazctl sync --plan FILE` to apply exactly it"),
+    ] = None,
+    detailed_exitcode: DetailedExitcodeOption = False,
+    broker_address: BrokerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Show what `sync` would change to make the cluster match the spec tree in DIR.
+
+    Every file is read, rendered and validated before the cluster is contacted. Changes are
+    grouped by journal: + create, ~ update (field: old -> new), - delete (with --prune); a
+    journal edited by hand since sync wrote it is reported as drift, naming its fields.
+    """
+    with reported():
+        settings = setup(ctx, broker_address, log_level, log_format)
+        spec_tree, src = _load(directory, values, owner)
+        plan = _plan(settings, spec_tree, src, prune, max_prune, allow_mass_prune)
+        _print(plan, output)
+        if out is not None:
+            _save(out, plan)
+    if detailed_exitcode and plan.changes:
+        raise typer.Exit(EXIT_CHANGES)
+
+
+def sync_command(
+    ctx: typer.Context,
+    directory: DirArgument,
+    values: ValuesOption = None,
+    owner: OwnerOption = None,
+    prune: PruneOption = False,
+    max_prune: MaxPruneOption = DEFAULT_MAX_PRUNE,
+    allow_mass_prune: AllowMassPruneOption = False,
+    saved: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan", help="Apply this plan (from `gazctl plan --out`) instead of planning again; refused if the"
+            " tree or the planned journals changed since"
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing")] = False,
+    max_txn_size: Annotated[
+        int,
+        typer.Option(
+            "--max-txn-size", min=0, help="Apply in transactions of at most this many changes (0: one transaction,"
+            " all or nothing)"
+        ),
+    ] = 0,
+    show_status: Annotated[
+        bool,
+        typer.Option("--status", help="Show what sync last applied (commits, journals, drift) and change nothing"),
+    ] = False,
+    output: FormatOption = PlanFormat.text,
+    detailed_exitcode: DetailedExitcodeOption = False,
+    broker_address: BrokerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Make the cluster match the spec tree in DIR: plan, then apply the plan in one etcd transaction.
+
+    Each change is guarded by the revision the plan read: if any planned journal changed in the
+    meantime, sync fails and changes nothing. Journals sync creates or updates carry the label
+    app.gazette.dev/managed-by naming the tree's owner, and the git commit they came from.
+    """
+    with reported():
+        settings = setup(ctx, broker_address, log_level, log_format)
+        spec_tree, src = _load(directory, values, owner)
+        if show_status:
+            journals = settings.run(sync.cluster_journals)
+            _print_status(sync.status(src.owner, journals))
+            return
+        if saved is not None:
+            plan = _load_saved(saved, spec_tree, src)
+        else:
+            plan = _plan(settings, spec_tree, src, prune, max_prune, allow_mass_prune)
+        _print(plan, output)
+        if dry_run or not plan.changes:
+            if dry_run and detailed_exitcode and plan.changes:
+                raise typer.Exit(EXIT_CHANGES)
+            return
+        groups = sync.batches(plan, max_txn_size)
+        if len(groups) > 1:
+            _stderr(f"Applying {len(plan.changes)} changes in {len(groups)} transactions of at most {max_txn_size};"
+                    " a failed transaction leaves the earlier ones applied.")
+        revision = settings.run(lambda client: sync.apply_plan(
+            client, plan, max_txn_size, lambda i, n: _stderr(f"Applied transaction {i} of {n}.") if n > 1 else None))
+        s = plan.summary()
+        commit = f" from commit {plan.commit}" if plan.commit else ""
+        _stderr(f"Applied{commit} at etcd revision {revision}: {s['create']} created, {s['update']} updated,"
+                f" {s['delete']} deleted.")
+
+
+def _load(directory: Path, values: Path | None, owner: str | None) -> tuple[tree.SpecTree, source.Source]:
+    spec_tree = tree.load_tree(directory, values)
+    return spec_tree, source.describe(directory, owner)
+
+
+def _plan(
+    settings: Settings, spec_tree: tree.SpecTree, src: source.Source, prune: bool, max_prune: int, allow: bool
+) -> Plan:
+    journals: list[pb.ListResponse.Journal] = settings.run(sync.cluster_journals)
+    return make_plan(spec_tree, src, journals, prune=prune, max_prune=max_prune, allow_mass_prune=allow)
+
+
+def _load_saved(path: Path, spec_tree: tree.SpecTree, src: source.Source) -> Plan:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise GitOpsError(f"{path}: cannot read the saved plan: {err.strerror}") from None
+    plan = render.from_json(text, str(path))
+    if plan.owner != src.owner:
+        raise StalePlan(f"{path}: the plan is for owner {plan.owner!r}, not {src.owner!r}")
+    if plan.tree_digest != spec_tree.digest:
+        raise StalePlan(f"{path}: the spec tree changed since the plan was made; plan again")
+    return plan
+
+
+def _print(plan: Plan, output: PlanFormat) -> None:
+    if output is PlanFormat.json:
+        sys.stdout.write(render.to_json(plan))
+    else:
+        Console(file=sys.stdout, highlight=False, soft_wrap=True).print(render.to_text(plan), end="")
+    sys.stdout.flush()
+
+
+def _save(path: Path, plan: Plan) -> None:
+    try:
+        path.write_text(render.to_json(plan), encoding="utf-8")
+    except OSError as err:
+        raise GitOpsError(f"{path}: cannot save the plan: {err.strerror}") from None
+
+
+def _print_status(status: sync.Status) -> None:
+    lines = [f"Owner {status.owner}: {status.journals} managed journal(s)."]
+    for commit, count, revision in status.commits:
+        lines.append(f"  commit {commit}: {count} journal(s), last written at etcd revision {revision}")
+    if status.drifted:
+        lines.append(f"  drifted (edited outside the tree): {', '.join(status.drifted)}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _stderr(message: str) -> None:
+    sys.stderr.write(message + "\n")

@@ -1,0 +1,123 @@
+"""Plans as text for people (`+`, `~`, `-` per journal, then a summary) and as a JSON document for CI.
+
+The JSON document (`format_version` 1) carries everything sync needs to apply the plan later
+(`sync --plan FILE`): each change's spec and the revision guarding it, and the tree's digest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf import json_format
+from rich.markup import escape
+
+from broker.protocol import pb
+from gazctl.gitops.errors import GitOpsError
+from gazctl.gitops.plan import Action, Change, FieldChange, Plan, Value
+
+FORMAT_VERSION = 1
+_SIGNS = {Action.create: "+", Action.update: "~", Action.delete: "-"}
+_COLORS = {Action.create: "green", Action.update: "yellow", Action.delete: "red"}
+
+
+def summary_line(plan: Plan) -> str:
+    """`Plan: 2 to create, 1 to update, 0 to delete (1 drifted); 10 unchanged.`"""
+    s = plan.summary()
+    line = f"Plan: {s['create']} to create, {s['update']} to update, {s['delete']} to delete"
+    if s["drift"]:
+        line += f" ({s['drift']} drifted)"
+    line += f"; {s['unchanged']} unchanged."
+    if plan.orphans:
+        line += f" {len(plan.orphans)} managed journal(s) left the tree (sync --prune deletes them)."
+    return line
+
+
+def to_text(plan: Plan) -> str:
+    """The plan as rich markup: a heading, each changed journal with its field diff, orphans, the summary."""
+    commit = f" at commit {plan.commit}" if plan.commit else ""
+    lines = [f"[bold]Spec tree of {escape(plan.owner)}{commit}[/bold]", ""]
+    if not plan.changes:
+        lines.append("No changes: the cluster matches the tree.")
+    for change in plan.changes:
+        lines.extend(_change_lines(change))
+    for name in plan.orphans:
+        lines.append(f"[dim]! {escape(name)}: managed by {escape(plan.owner)} but not in the tree"
+                     " (kept: sync --prune deletes it)[/dim]")
+    lines += ["", summary_line(plan)]
+    return "\n".join(lines) + "\n"
+
+
+def _change_lines(change: Change) -> list[str]:
+    sign, color = _SIGNS[change.action], _COLORS[change.action]
+    note = ""
+    if change.drift:
+        note = " [magenta](drift: edited outside the spec tree; sync reverts it)[/magenta]"
+    elif change.adopt:
+        note = " (exists without an owner: sync adopts it)"
+    out = [f"[{color}]{sign} {change.action.value} {escape(change.journal)}[/{color}]{note}"]
+    for f in change.fields:
+        out.append(f"    {escape(f.field)}: {escape(_show(f, change.action))}")
+    return out
+
+
+def _show(f: FieldChange, action: Action) -> str:
+    if action is Action.create:
+        return _value(f.new)
+    if action is Action.delete:
+        return _value(f.old)
+    return f"{_value(f.old)} -> {_value(f.new)}"
+
+
+def _value(v: Value) -> str:
+    if v is None:
+        return "(unset)"
+    if isinstance(v, list):
+        return "[" + ", ".join(json.dumps(x) if x == "" else x for x in v) + "]"
+    return str(v)
+
+
+def to_document(plan: Plan) -> dict[str, Any]:
+    """The plan as a JSON-ready document (see the module docstring)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "owner": plan.owner,
+        "commit": plan.commit,
+        "tree_digest": plan.tree_digest,
+        "summary": plan.summary(),
+        "changes": [
+            {
+                "journal": c.journal,
+                "action": c.action.value,
+                "expect_mod_revision": c.expect_mod_revision,
+                "drift": c.drift,
+                "adopt": c.adopt,
+                "fields": [{"field": f.field, "old": f.old, "new": f.new} for f in c.fields],
+                "spec": json_format.MessageToDict(c.spec, preserving_proto_field_name=True) if c.spec else None,
+            }
+            for c in plan.changes
+        ],
+        "orphans": plan.orphans,
+    }
+
+
+def to_json(plan: Plan) -> str:
+    return json.dumps(to_document(plan), indent=2) + "\n"
+
+
+def from_json(text: str, source: str) -> Plan:
+    """A plan saved with `plan --out`; errors name `source`."""
+    try:
+        doc = json.loads(text)
+        if doc.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format_version {doc.get('format_version')!r} (expected {FORMAT_VERSION})")
+        plan = Plan(doc["owner"], doc["commit"], doc["tree_digest"], orphans=list(doc["orphans"]),
+                    unchanged=int(doc["summary"]["unchanged"]))
+        for c in doc["changes"]:
+            spec = json_format.ParseDict(c["spec"], pb.JournalSpec()) if c["spec"] is not None else None
+            fields = [FieldChange(f["field"], f["old"], f["new"]) for f in c["fields"]]
+            plan.changes.append(Change(c["journal"], Action(c["action"]), int(c["expect_mod_revision"]), fields,
+                                       spec, drift=bool(c["drift"]), adopt=bool(c["adopt"])))
+    except (ValueError, KeyError, TypeError, json_format.ParseError) as err:
+        raise GitOpsError(f"{source}: not a plan saved by `gazctl plan --out`: {err}") from None
+    return plan
