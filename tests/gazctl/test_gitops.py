@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import text_format
+from ruamel.yaml import YAML
 
 from broker.protocol import labels, pb
 from gazctl.gitops.source import COMMIT, MANAGED_BY, normalize_remote
@@ -312,3 +314,19 @@ def test_invalid_trees_fail_before_reaching_the_cluster(tmp_path: Path, files: d
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
     assert "UNAVAILABLE" not in done.stderr
+
+
+def test_reconcile_workflow_uses_real_flags() -> None:
+    workflow = YAML(typ="safe").load((ROOT / ".github" / "workflows" / "reconcile.yaml").read_text())
+    assert set(workflow["jobs"]) == {"plan", "sync"}
+    assert workflow["env"]["BROKER_ADDRESS"] == "${{ secrets.GAZETTE_BROKER_ADDRESS }}"
+    calls = [
+        shlex.split(line.strip().split(">")[0])
+        for job in workflow["jobs"].values() for step in job["steps"] if "run" in step
+        for line in step["run"].splitlines() if line.strip().startswith("gazctl ")
+    ]
+    assert {call[1] for call in calls} == {"plan", "sync"}
+    for call in calls:
+        help_text = run_gazctl(None, call[1], "--help").stdout
+        for flag in (arg for arg in call if arg.startswith("--")):
+            assert flag in help_text, (call, flag)
