@@ -1,7 +1,267 @@
-"""`gazctl journals fragments` (not built yet)."""
+"""`gazctl journals fragments` and `prune`: list the fragments of journals, and delete aged ones."""
 
 from __future__ import annotations
 
-from gazctl.commands.journals._app import app
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
 
-__all__ = ["app"]
+import typer
+from google.protobuf import text_format
+
+from broker.client import JournalClient, fragments_request, list_fragments, list_journals
+from broker.fragment.names import content_name
+from broker.protocol import pb
+from broker.protocol.validation import duration_ns
+from broker.stores import StoreRegistry
+from gazctl.bounded import map_bounded
+from gazctl.commands.common import (
+    BrokerAddressOption,
+    LogFormatOption,
+    LogLevelOption,
+    RequiredSelectorOption,
+    SelectorOption,
+    parse_list_selector,
+    progress,
+    reported,
+    require_selector,
+    setup,
+    stdout_console,
+)
+from gazctl.commands.journals._app import app
+from gazctl.errors import GazctlError
+from gazctl.fragments_table import table, to_json_line
+from gazctl.prune import JournalPrune, PruneStats, aged_fragments, needs_file_root, remove_fragment
+from gazctl.specs.durations import DurationError, parse_duration
+
+log = logging.getLogger("gazctl")
+
+Journal = pb.ListResponse.Journal
+
+
+class FragmentsFormat(StrEnum):
+    """Output formats of `journals fragments`."""
+
+    table = "table"
+    json = "json"
+    proto = "proto"
+
+
+@app.command("fragments")
+def fragments_command(
+    ctx: typer.Context,
+    selector: SelectorOption = "",
+    output: Annotated[
+        FragmentsFormat,
+        typer.Option(
+            "--format",
+            "-o",
+            help="Output format: a humanized table; one JSON fragment per line; or each journal's"
+            " FragmentsResponse as proto text",
+            case_sensitive=False,
+        ),
+    ] = FragmentsFormat.table,
+    from_unix: Annotated[
+        int,
+        typer.Option(
+            "--from", min=0, help="Restrict to fragments created at or after this time, in unix seconds since epoch"
+        ),
+    ] = 0,
+    to_unix: Annotated[
+        int,
+        typer.Option("--to", min=0, help="Restrict to fragments created before this time, in unix seconds since epoch"),
+    ] = 0,
+    url_ttl: Annotated[
+        str,
+        typer.Option(
+            "--url-ttl",
+            help="Provide a signed GET URL with the given TTL (a duration, e.g. 30m or 1h; 0s: no URL)",
+        ),
+    ] = "0s",
+    broker_address: BrokerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """List fragments of selected journals.
+
+    The --selector determines the journals whose fragments are listed; fully suspended journals
+    are skipped. --from and --to select fragments by the modification time their store reports
+    (usually when they were persisted), in Unix seconds; a fragment not yet persisted is listed
+    only without --to. With --url-ttl the broker signs a GET URL of each persisted fragment, to
+    read it straight from its store.
+    """
+    with reported():
+        settings = setup(ctx, broker_address, log_level, log_format)
+        parsed = parse_list_selector(selector)
+        ttl = _parse_ttl(url_ttl)
+        if to_unix and to_unix < from_unix:
+            raise GazctlError(f"--to {to_unix} is before --from {from_unix}")
+
+        async def fetch(client: JournalClient) -> list[pb.FragmentsResponse]:
+            listed = await list_journals(client, parsed)
+            journals = _unsuspended(listed.journals)
+            with progress() as bar:
+                task = bar.add_task("listing fragments", total=len(journals))
+                return await map_bounded(
+                    journals,
+                    lambda j: _all_fragments(
+                        client,
+                        fragments_request(
+                            j.spec.name, begin_mod_time=from_unix, end_mod_time=to_unix, signature_ttl=ttl
+                        ),
+                    ),
+                    done=lambda: bar.advance(task),
+                )
+
+        responses = settings.run(fetch)
+        if output is FragmentsFormat.json:
+            for resp in responses:
+                for entry in resp.fragments:
+                    sys.stdout.write(to_json_line(entry) + "\n")
+        elif output is FragmentsFormat.proto:
+            for resp in responses:
+                sys.stdout.write(text_format.MessageToString(resp))
+        else:
+            stdout_console().print(table(responses, now=time.time(), urls=ttl is not None))
+        sys.stdout.flush()
+
+
+@app.command("prune")
+def prune_command(
+    ctx: typer.Context,
+    selector: RequiredSelectorOption = "",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the fragments which would be pruned, without deleting them")
+    ] = False,
+    file_root: Annotated[
+        str | None,
+        typer.Option(
+            "--file-root",
+            help="Directory the brokers' file:// stores are rooted at (their --broker.file-root); required to"
+            " prune fragments of file:// stores",
+            show_default=False,
+        ),
+    ] = None,
+    broker_address: BrokerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Delete fragments of matching journals which are older than their configured retention.
+
+    A fragment is pruned when it is persisted and at least the journal's fragment.retention old
+    (by its store's modification time); with a retention of 0s that is every persisted fragment.
+    Fragments are deleted from their stores directly. There is a caveat: several fragments may
+    cover the same offsets, but brokers track only the largest of them, and prune deletes only
+    tracked fragments. Smaller ones stay untouched; prune again once the brokers' fragment
+    listing has refreshed. Fully suspended journals are skipped. Each pruned fragment and each
+    journal's counts are logged at --log.level info (try it with --dry-run first).
+    """
+    with reported():
+        settings = setup(ctx, broker_address, log_level, log_format)
+        parsed = require_selector(selector)
+        now = time.time()
+
+        async def collect(client: JournalClient) -> list[JournalPrune]:
+            listed = await list_journals(client, parsed)
+            if not listed.journals:
+                raise GazctlError(f"no journals match --selector {selector!r}")
+            journals = _unsuspended(listed.journals)
+
+            async def one(journal: Journal) -> JournalPrune:
+                resp = await _all_fragments(client, fragments_request(journal.spec.name))
+                retention = duration_ns(journal.spec.fragment.retention) / 1e9
+                if retention <= 0:
+                    # Gazette's prune treats 0 as "no retention at all", not "retain forever".
+                    log.warning("journal has no retention: every persisted fragment is pruned",
+                                extra={"journal": journal.spec.name})
+                return aged_fragments(journal.spec.name, (f.spec for f in resp.fragments), retention, now)
+
+            return await map_bounded(journals, one)
+
+        plans = settings.run(collect)
+        if not dry_run:
+            # Check before deleting anything, so a missing flag never leaves a prune half done.
+            journal = needs_file_root(f for plan in plans for f in plan.aged)
+            if journal is not None and not file_root:
+                raise GazctlError(
+                    f"journal {journal} has fragments in a file:// store: pass --file-root"
+                    " (the directory of the brokers' --broker.file-root) to prune them"
+                )
+        total = asyncio.run(_prune(plans, file_root or "", dry_run=dry_run))
+        log.info("finished pruning all journals", extra={"dry_run": dry_run, **_counts(total)})
+
+
+async def _prune(plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool) -> PruneStats:
+    """Delete (unless `dry_run`) and log the aged fragments of each plan; return the summed counts."""
+    stores = StoreRegistry(file_root)
+    total = PruneStats()
+    for plan in plans:
+        for spec in plan.aged:
+            modified = datetime.fromtimestamp(spec.mod_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            log.info(
+                "pruning fragment",
+                extra={"journal": spec.journal, "fragment": content_name(spec), "size": spec.end - spec.begin,
+                       "mod_time": modified, "store": spec.backing_store, "dry_run": dry_run},
+            )
+            if not dry_run:
+                await remove_fragment(stores, spec)
+        log.info("pruned journal", extra={"journal": plan.journal, "dry_run": dry_run, **_counts(plan.stats)})
+        total.add(plan.stats)
+    return total
+
+
+def _counts(stats: PruneStats) -> dict[str, int]:
+    """The fields of a prune summary log line, as Gazette's gazctl logs them."""
+    return {
+        "journalsPruned": stats.journals,
+        "fragmentsTotal": stats.fragments_total,
+        "fragmentsPruned": stats.fragments_pruned,
+        "fragmentsKept": stats.fragments_total - stats.fragments_pruned,
+        "bytesTotal": stats.bytes_total,
+        "bytesPruned": stats.bytes_pruned,
+        "bytesKept": stats.bytes_total - stats.bytes_pruned,
+    }
+
+
+def _parse_ttl(text: str) -> float | None:
+    """Parse --url-ttl into seconds; None for 0 (no signed URLs)."""
+    try:
+        ns = parse_duration(text)
+    except DurationError as err:
+        raise GazctlError(f"invalid --url-ttl {text!r}: {err}") from None
+    if ns < 0:
+        raise GazctlError(f"invalid --url-ttl {text!r}: must not be negative")
+    return ns / 1e9 if ns else None
+
+
+def _unsuspended(journals: Sequence[Journal]) -> list[Journal]:
+    """The journals which are not fully suspended: those have no replicas to list fragments of."""
+    out = []
+    for journal in journals:
+        if journal.spec.suspend.level == pb.JournalSpec.Suspend.FULL:
+            log.info("skipping fully suspended journal", extra={"journal": journal.spec.name})
+        else:
+            out.append(journal)
+    return out
+
+
+async def _all_fragments(client: JournalClient, request: pb.FragmentsRequest) -> pb.FragmentsResponse:
+    """Every fragment `request` selects, across pages, in the first page's response (which has the header)."""
+    out: pb.FragmentsResponse | None = None
+    while True:
+        resp = await list_fragments(client, request)
+        if out is None:
+            out = resp
+        else:
+            out.fragments.extend(resp.fragments)
+        if resp.next_page_token == 0:
+            out.next_page_token = 0
+            return out
+        if resp.next_page_token <= request.next_page_token:
+            raise GazctlError(f"ListFragments page token of journal {request.journal} did not advance")
+        request.next_page_token = resp.next_page_token

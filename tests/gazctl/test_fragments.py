@@ -1,0 +1,168 @@
+"""`gazctl journals fragments` and `prune`, run as a user runs them against a real broker with a file:// store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+from google.protobuf import text_format
+
+from broker.protocol import pb, pb_grpc
+from tests.harness import BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
+
+CHUNKS = [b"a" * 43, b"b" * 1100, b"c" * 100]
+"""Appends: the first is persisted at once (first-write rule), the second rolls at length 1024, the third
+(under the length) stays local."""
+
+
+def _spec(name: str, retention: int = 0) -> pb.JournalSpec:
+    spec = journal_spec(name)
+    spec.fragment.length = 1024
+    spec.fragment.stores.append("file:///")
+    spec.fragment.refresh_interval.seconds = 1
+    spec.fragment.retention.seconds = retention
+    return spec
+
+
+def _append(stub: pb_grpc.JournalStub, journal: str, data: bytes) -> None:
+    resp = stub.Append(iter([pb.AppendRequest(journal=journal), pb.AppendRequest(content=data), pb.AppendRequest()]))
+    assert resp.status == pb.OK, resp
+
+
+def _wait_persisted(stub: pb_grpc.JournalStub, journal: str, count: int, timeout: float = 20.0) -> None:
+    """Block until the broker's listing holds `count` persisted fragments of `journal`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        resp = stub.ListFragments(pb.FragmentsRequest(journal=journal))
+        if sum(1 for f in resp.fragments if f.spec.backing_store) == count:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{journal} has no {count} persisted fragments: {resp}")
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip()[1:-1].split("|")] for line in stdout.splitlines() if line.startswith("| ")]
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _failed(done: subprocess.CompletedProcess[str], *expected: str) -> str:
+    assert done.returncode == 1, done.stdout
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: "), done.stderr
+    for text in expected:
+        assert text in error, error
+    return error
+
+
+@pytest.fixture(scope="module")
+def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
+    channel, journal_stub = broker.stub()
+    try:
+        yield journal_stub
+    finally:
+        channel.close()
+
+
+@pytest.fixture(scope="module")
+def listed(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> str:
+    """Journal `frags/a` with two persisted fragments and a local one; and an empty `frags/empty`."""
+    assert apply_specs(stub, _spec("frags/a"), _spec("frags/empty")).status == pb.OK
+    wait_for_primary(stub, "frags/a")
+    for chunk in CHUNKS:
+        _append(stub, "frags/a", chunk)
+    _wait_persisted(stub, "frags/a", 2)
+    return "frags/a"
+
+
+def test_table(broker: BrokerProcess, listed: str) -> None:
+    rows = _rows(_ok(run_gazctl(broker, "journals", "fragments", "-l", "prefix=frags/")).stdout)
+    assert rows[0] == ["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION"]
+    body = rows[1:]
+    assert [r[:3] for r in body] == [[listed, "0", "43 B"], [listed, "43", "1.1 KiB"], [listed, "1143", "100 B"]]
+    for row, chunk in zip(body, CHUNKS, strict=True):
+        assert row[4] == hashlib.sha1(chunk).hexdigest()[:12] + "..."
+        assert row[5] == "NONE"
+    assert all(r[3] == "now" or r[3].endswith("ago") for r in body[:2]), body
+    assert body[2][3] == ""  # Not yet persisted.
+
+
+def test_json_and_proto(broker: BrokerProcess, listed: str) -> None:
+    lines = _ok(run_gazctl(broker, "journals", "fragments", "-l", f"name={listed}", "-o", "json")).stdout.splitlines()
+    docs = [json.loads(line) for line in lines]
+    assert [list(d) for d in docs] == [["spec", "signed_url"]] * 3
+    assert list(docs[0]["spec"]) == [
+        "journal", "begin", "end", "sum", "compression_codec", "backing_store", "mod_time", "path_postfix"
+    ]
+    assert [(d["spec"]["begin"], d["spec"]["end"], d["spec"]["backing_store"]) for d in docs] == [
+        (0, 43, "file:///"), (43, 1143, "file:///"), (1143, 1243, "")
+    ]
+    assert docs[0]["spec"]["mod_time"] > 0 and docs[2]["spec"]["mod_time"] == 0
+
+    text = _ok(run_gazctl(broker, "journals", "fragments", "-l", f"name={listed}", "-o", "proto")).stdout
+    resp = text_format.Parse(text, pb.FragmentsResponse())
+    assert [(f.spec.begin, f.spec.end) for f in resp.fragments] == [(0, 43), (43, 1143), (1143, 1243)]
+    assert resp.header.process_id.suffix == broker.broker_id
+
+
+def test_url_ttl(broker: BrokerProcess, listed: str) -> None:
+    rows = _rows(_ok(run_gazctl(broker, "journals", "fragments", "-l", f"name={listed}", "--url-ttl", "1h")).stdout)
+    assert rows[0][-1] == "URL"
+    urls = [r[-1] for r in rows[1:]]
+    assert urls[0].startswith(f"file:///{listed}/0000000000000000-000000000000002b-")
+    assert urls[1].startswith(f"file:///{listed}/000000000000002b-0000000000000477-")
+    assert urls[2] == ""
+    _failed(run_gazctl(broker, "journals", "fragments", "--url-ttl", "soon"), "--url-ttl")
+
+
+def test_from_to(broker: BrokerProcess, listed: str) -> None:
+    def begins(*args: str) -> list[str]:
+        out = _ok(run_gazctl(broker, "journals", "fragments", "-l", f"name={listed}", *args)).stdout
+        return [r[1] for r in _rows(out)[1:]]
+
+    future = str(int(time.time()) + 3600)
+    assert begins("--to", future) == ["0", "43"]  # With --to, fragments not yet persisted are left out.
+    assert begins("--from", future) == ["1143"]
+    assert begins("--from", "1", "--to", "2") == []
+    _failed(run_gazctl(broker, "journals", "fragments", "--from", "5", "--to", "2"), "--to 2 is before --from 5")
+
+
+def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
+    journal = "prune/a"
+    assert broker.file_root is not None
+    assert apply_specs(stub, _spec(journal, retention=4)).status == pb.OK
+    wait_for_primary(stub, journal)
+    for chunk in CHUNKS:
+        _append(stub, journal, chunk)
+    _wait_persisted(stub, journal, 2)
+    time.sleep(4.5)
+    _append(stub, journal, b"d" * 1000)
+    _append(stub, journal, b"e" * 10)  # Rolls and persists [1143, 2243): younger than the retention.
+    _wait_persisted(stub, journal, 3)
+    directory = broker.file_root / journal
+    before = sorted(p.name for p in directory.iterdir())
+    assert len(before) == 3
+
+    dry = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--dry-run", "--log.level", "info"))
+    assert dry.stderr.count("pruning fragment") == 2, dry.stderr
+    assert f"fragment={before[0]}" in dry.stderr and f"fragment={before[1]}" in dry.stderr
+    assert "fragmentsPruned=2" in dry.stderr and "fragmentsKept=2" in dry.stderr
+    assert sorted(p.name for p in directory.iterdir()) == before
+
+    _failed(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}"), journal, "--file-root")
+    assert sorted(p.name for p in directory.iterdir()) == before
+
+    done = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--file-root", str(broker.file_root)))
+    assert done.stderr == ""  # Logs are at info level.
+    assert sorted(p.name for p in directory.iterdir()) == [before[2]]
+    _wait_persisted(stub, journal, 1)  # The next refresh drops them from the index.
+
+    _failed(run_gazctl(broker, "journals", "prune", "-l", "name=prune/none"), "no journals match")
+    _failed(run_gazctl(broker, "journals", "prune"), "--selector")
