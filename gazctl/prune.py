@@ -2,8 +2,10 @@
 
 A fragment is pruned when it is persisted (it has a backing store) and `now - mod_time >=
 retention`, as Gazette's gazctl does. Only fragments the brokers' index tracks are listed (the
-largest of overlapping ones), so smaller duplicates stay until a later prune; and a retention of
-0 prunes every persisted fragment. Deletion goes through the fragment's store itself.
+largest of overlapping ones), so smaller duplicates stay until a later prune. A retention of 0
+(unset) retains indefinitely, as the JournalSpec documents: Gazette's gazctl instead prunes
+every persisted fragment of such a journal, which deletes its only long-term copy. Deletion
+goes through the fragment's store itself.
 """
 
 from __future__ import annotations
@@ -47,13 +49,13 @@ class JournalPrune:
 
 
 def aged_fragments(journal: str, listed: Iterable[pb.Fragment], retention: float, now: float) -> JournalPrune:
-    """Return the persisted fragments of `listed` whose age (`now - mod_time`, seconds) is >= `retention`."""
+    """Return the persisted fragments of `listed` whose age (`now - mod_time`, seconds) is >= `retention` > 0."""
     out = JournalPrune(journal, stats=PruneStats(journals=1))
     for spec in listed:
         size = spec.end - spec.begin
         out.stats.fragments_total += 1
         out.stats.bytes_total += size
-        if not spec.backing_store:
+        if not spec.backing_store or retention <= 0:
             continue  # Not yet persisted: it lives only in brokers' spools.
         if now - spec.mod_time >= retention:
             out.aged.append(spec)

@@ -151,8 +151,9 @@ def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     assert len(before) == 3
 
     dry = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--dry-run", "--log.level", "info"))
-    assert dry.stderr.count("pruning fragment") == 2, dry.stderr
-    assert f"fragment={before[0]}" in dry.stderr and f"fragment={before[1]}" in dry.stderr
+    lines = [line.split("\t") for line in dry.stdout.splitlines()]
+    assert [(line[0], line[1], line[2]) for line in lines] == [
+        ("would prune", journal, before[0]), ("would prune", journal, before[1])]
     assert "fragmentsPruned=2" in dry.stderr and "fragmentsKept=2" in dry.stderr
     assert sorted(p.name for p in directory.iterdir()) == before
 
@@ -161,8 +162,19 @@ def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
 
     done = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--file-root", str(broker.file_root)))
     assert done.stderr == ""  # Logs are at info level.
+    assert [line.split("\t")[:3] for line in done.stdout.splitlines()] == [
+        ["pruned", journal, before[0]], ["pruned", journal, before[1]]]
     assert sorted(p.name for p in directory.iterdir()) == [before[2]]
     _wait_persisted(stub, journal, 1)  # The next refresh drops them from the index.
+
+    # Without a retention a journal keeps everything (unlike Gazette's prune, which deletes it all).
+    keep = "prune/keep"
+    assert apply_specs(stub, _spec(keep, retention=0)).status == pb.OK
+    wait_for_primary(stub, keep)
+    _append(stub, keep, b"k" * 100)
+    _wait_persisted(stub, keep, 1)
+    kept = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={keep}", "--file-root", str(broker.file_root)))
+    assert kept.stdout == "" and len(list((broker.file_root / keep).iterdir())) == 1
 
     _failed(run_gazctl(broker, "journals", "prune", "-l", "name=prune/none"), "no journals match")
     _failed(run_gazctl(broker, "journals", "prune"), "--selector")

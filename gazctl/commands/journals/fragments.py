@@ -154,12 +154,12 @@ def prune_command(
     """Delete fragments of matching journals which are older than their configured retention.
 
     A fragment is pruned when it is persisted and at least the journal's fragment.retention old
-    (by its store's modification time); with a retention of 0s that is every persisted fragment.
+    (by its store's modification time). A journal without a retention (0s) keeps everything.
     Fragments are deleted from their stores directly. There is a caveat: several fragments may
     cover the same offsets, but brokers track only the largest of them, and prune deletes only
     tracked fragments. Smaller ones stay untouched; prune again once the brokers' fragment
-    listing has refreshed. Fully suspended journals are skipped. Each pruned fragment and each
-    journal's counts are logged at --log.level info (try it with --dry-run first).
+    listing has refreshed. Fully suspended journals are skipped. Each pruned fragment is printed
+    on stdout (try it with --dry-run first), and each journal's counts are logged at info.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
@@ -176,9 +176,8 @@ def prune_command(
                 resp = await _all_fragments(client, fragments_request(journal.spec.name))
                 retention = duration_ns(journal.spec.fragment.retention) / 1e9
                 if retention <= 0:
-                    # Gazette's prune treats 0 as "no retention at all", not "retain forever".
-                    log.warning("journal has no retention: every persisted fragment is pruned",
-                                extra={"journal": journal.spec.name})
+                    # Deliberately unlike Gazette's prune, which deletes every persisted fragment here.
+                    log.info("journal has no retention: it keeps every fragment", extra={"journal": journal.spec.name})
                 return aged_fragments(journal.spec.name, (f.spec for f in resp.fragments), retention, now)
 
             return await map_bounded(journals, one)
@@ -197,19 +196,22 @@ def prune_command(
 
 
 async def _prune(plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool) -> PruneStats:
-    """Delete (unless `dry_run`) and log the aged fragments of each plan; return the summed counts."""
+    """Delete (unless `dry_run`) the aged fragments of each plan, printing one line of each on stdout.
+
+    A line is `pruned` (or `would prune`), the journal, the fragment's content name, its size, its
+    modification time and its store, separated by tabs. Returns the summed counts.
+    """
     stores = StoreRegistry(file_root)
     total = PruneStats()
+    verb = "would prune" if dry_run else "pruned"
     for plan in plans:
         for spec in plan.aged:
             modified = datetime.fromtimestamp(spec.mod_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            log.info(
-                "pruning fragment",
-                extra={"journal": spec.journal, "fragment": content_name(spec), "size": spec.end - spec.begin,
-                       "mod_time": modified, "store": spec.backing_store, "dry_run": dry_run},
-            )
             if not dry_run:
                 await remove_fragment(stores, spec)
+            fields = (verb, spec.journal, content_name(spec), str(spec.end - spec.begin), modified, spec.backing_store)
+            sys.stdout.write("\t".join(fields) + "\n")
+            sys.stdout.flush()
         log.info("pruned journal", extra={"journal": plan.journal, "dry_run": dry_run, **_counts(plan.stats)})
         total.add(plan.stats)
     return total
