@@ -26,9 +26,9 @@ from gazctl.commands.common import (
     reported,
     setup,
 )
-from gazctl.gitops import render, source, sync, tree
-from gazctl.gitops.errors import GitOpsError, StalePlan
-from gazctl.gitops.plan import DEFAULT_MAX_PRUNE, Plan, make_plan
+from gazctl.specs.gitops import render, source, sync, tree
+from gazctl.specs.gitops.errors import GitOpsError, StalePlan
+from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Plan, make_plan
 
 EXIT_CHANGES = 3
 """Exit status of `plan --detailed-exitcode` (and `sync --dry-run --detailed-exitcode`) when changes are pending."""

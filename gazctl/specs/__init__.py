@@ -1,1 +1,2 @@
-"""Hierarchical YAML spec trees: strict decoding, flattening and hoisting."""
+"""Spec trees: journalspace YAML (strict decoding, flattening, hoisting), and in `gitops` the
+reconciler of spec directories (jinja2 templating, plan/diff, guarded sync)."""

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from ruamel.yaml import YAML
 
 from broker.protocol import labels, pb
-from gazctl.gitops.source import COMMIT, MANAGED_BY, normalize_remote
+from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, normalize_remote
 from tests.harness import ROOT, BrokerProcess, run_gazctl
 
 FRAGMENT = """\

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError, validate_label
-from gazctl.gitops.errors import OwnershipError
+from gazctl.specs.gitops.errors import OwnershipError
 
 MANAGED_BY = "app.gazette.dev/managed-by"
 """The ownership label (Gazette's labels.ManagedBy convention): the spec repository that manages a journal."""

@@ -13,8 +13,8 @@ from google.protobuf import json_format
 from rich.markup import escape
 
 from broker.protocol import pb
-from gazctl.gitops.errors import GitOpsError
-from gazctl.gitops.plan import Action, Change, FieldChange, Plan, Value
+from gazctl.specs.gitops.errors import GitOpsError
+from gazctl.specs.gitops.plan import Action, Change, FieldChange, Plan, Value
 
 FORMAT_VERSION = 1
 _SIGNS = {Action.create: "+", Action.update: "~", Action.delete: "-"}

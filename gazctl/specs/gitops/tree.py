@@ -21,8 +21,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from broker.protocol import pb
-from gazctl.gitops.errors import TreeError
 from gazctl.specs import journalspace
+from gazctl.specs.gitops.errors import TreeError
 from gazctl.specs.strict import At
 
 YAML_SUFFIXES = (".yaml", ".yml")

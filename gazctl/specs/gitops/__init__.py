@@ -8,10 +8,10 @@
 - errors: GitOpsError and its subclasses
 """
 
-from gazctl.gitops.errors import GitOpsError, OwnershipError, PruneRefused, StalePlan, TreeError
-from gazctl.gitops.plan import Action, Change, FieldChange, Plan, make_plan
-from gazctl.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
-from gazctl.gitops.tree import SpecTree, load_tree
+from gazctl.specs.gitops.errors import GitOpsError, OwnershipError, PruneRefused, StalePlan, TreeError
+from gazctl.specs.gitops.plan import Action, Change, FieldChange, Plan, make_plan
+from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
+from gazctl.specs.gitops.tree import SpecTree, load_tree
 
 __all__ = [
     "COMMIT",

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from broker.client import EtcdTransactionFailed, JournalClient, apply_journals, list_journals
 from broker.protocol import labels, pb
-from gazctl.gitops.errors import StalePlan
-from gazctl.gitops.plan import Plan, spec_sha1
-from gazctl.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1
+from gazctl.specs.gitops.errors import StalePlan
+from gazctl.specs.gitops.plan import Plan, spec_sha1
+from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1
 
 log = logging.getLogger("gazctl")
 

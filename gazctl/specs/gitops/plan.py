@@ -20,10 +20,10 @@ from enum import StrEnum
 from typing import Any
 
 from broker.protocol import labels, pb
-from gazctl.gitops.errors import OwnershipError, PruneRefused
-from gazctl.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
-from gazctl.gitops.tree import SpecTree
 from gazctl.specs.durations import format_duration, from_proto
+from gazctl.specs.gitops.errors import OwnershipError, PruneRefused
+from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
+from gazctl.specs.gitops.tree import SpecTree
 
 BOOKKEEPING = (SPEC_SHA1, COMMIT)
 """Labels sync writes for itself: never part of a comparison."""
