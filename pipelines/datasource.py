@@ -1,0 +1,61 @@
+"""The `gazette` PySpark data source: `spark.read.format("gazette")`, `readStream`, `write`, `writeStream`.
+
+Each side lives in its own package (`pipelines.source`, `pipelines.sink`); this class only hands
+Spark the right object. Imports are deferred so that a Spark worker loads only the side it runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+FORMAT = "gazette"
+
+
+class GazetteDataSource(DataSource):
+    """Journals selected by label, as a Spark source and sink (see `pipelines/README.md` for the options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        from pipelines.source.schema import source_schema
+
+        return source_schema(dict(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from pipelines.source.batch import GazetteBatchReader
+
+        return GazetteBatchReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pipelines.source.stream import GazetteStreamReader
+
+        return GazetteStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pipelines.sink.writer import GazetteBatchWriter
+
+        return GazetteBatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipelines.sink.writer import GazetteStreamWriter
+
+        return GazetteStreamWriter(dict(self.options), schema, overwrite)
+
+
+def register(spark: SparkSession) -> None:
+    """Make format `gazette` available to `spark` (once per session)."""
+    spark.dataSource.register(GazetteDataSource)

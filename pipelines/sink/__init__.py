@@ -1,0 +1,1 @@
+"""Writing Spark DataFrames to journals, batch and streaming, through the AppendService."""

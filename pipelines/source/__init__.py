@@ -1,0 +1,1 @@
+"""Reading journals into Spark: options, planning (partitions per fragment), executors' reads, streaming."""

@@ -1,0 +1,78 @@
+"""Fixtures of the Spark pipeline tests: one local Spark session, and real brokers over file:// and S3 stores."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pipelines.datasource import register
+from tests.harness import BrokerProcess
+from tests.s3_harness import MotoServer, use_test_credentials
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """A `local[2]` Spark session with format `gazette` registered; its Python workers run this interpreter."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    warehouse = tmp_path_factory.mktemp("spark")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("gazette-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse / "warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={warehouse}")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker with a `file://` store rooted at `broker.file_root`."""
+    tmp: Path = tmp_path_factory.mktemp("broker")
+    (tmp / "fragments").mkdir()
+    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.file-root", str(tmp / "fragments"))
+    try:
+        yield proc.wait_ready()
+    finally:
+        rc = proc.stop()
+        assert rc == 0, proc.logs()
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's S3 server on loopback, with test credentials in the environment (for Spark workers too)."""
+    use_test_credentials()
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_broker(
+    moto: MotoServer, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """A broker started after moto's credentials are in the environment, so it can reach `s3://` stores."""
+    tmp: Path = tmp_path_factory.mktemp("s3-broker")
+    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}")
+    try:
+        yield proc.wait_ready()
+    finally:
+        rc = proc.stop()
+        assert rc == 0, proc.logs()
