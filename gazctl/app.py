@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gazctl.commands import attach_uuids, gitops, journals, print_config
+from gazctl.commands import attach_uuids, gitops, journals, pipelines, print_config
 from gazctl.commands.common import BrokerAddressOption, GlobalOptions, LogFormatOption, LogLevelOption
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app.add_typer(journals.app, name="journals")
 attach_uuids.register(app)
 print_config.register(app)
 gitops.register(app)
+pipelines.register(app)
 
 
 @app.callback()

@@ -224,10 +224,13 @@ def _load_saved(path: Path, spec_tree: tree.SpecTree, src: source.Source) -> Pla
 
 
 def _print(plan: Plan, output: PlanFormat) -> None:
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     if output is PlanFormat.json:
         sys.stdout.write(render.to_json(plan))
+    elif console.is_terminal:
+        console.print(render.to_text(plan), end="")
     else:
-        Console(file=sys.stdout, highlight=False, soft_wrap=True).print(render.to_text(plan), end="")
+        sys.stdout.write(render.to_text(plan, markup=False))
     sys.stdout.flush()
 
 

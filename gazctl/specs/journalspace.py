@@ -137,9 +137,12 @@ class FlatSpec(NamedTuple):
 # Decoding.
 
 
-def load(text: str, file: str = "<stdin>") -> Node:
-    """Decode a journalspace YAML document strictly: unknown fields and ill-typed values are errors."""
-    doc, at = strict.load(text, file)
+def load(text: str, file: str = "<stdin>", *, fast: bool = False) -> Node:
+    """Decode a journalspace YAML document strictly: unknown fields and ill-typed values are errors.
+
+    With `fast`, nodes carry no line numbers (see `strict.load`); `load_journals` uses it.
+    """
+    doc, at = strict.load(text, file, fast=fast)
     if doc is None:
         raise at.error("empty document (expected a journalspace node)")
     return _decode_node(doc, at)
@@ -300,18 +303,26 @@ def flatten(root: Node, validate: bool = True) -> list[FlatSpec]:
     delete, expecting mod revision `revision`. With `validate`, each change must be a valid
     ApplyRequest change, and journal names must be unique.
     """
+    return [FlatSpec(node.spec, node.revision, bool(node.delete)) for node in journal_nodes(root, validate)]
+
+
+def journal_nodes(root: Node, validate: bool = True) -> list[Node]:
+    """Like `flatten`, but the journals' nodes (complete specs, with their positions in the file)."""
     validate_tree(root)
-    out: list[FlatSpec] = []
-    seen: set[str] = set()
-    for node in journals(push_down(root)):
-        flat = FlatSpec(node.spec, node.revision, bool(node.delete))
-        if validate:
+    out = journals(push_down(root))
+    if validate:
+        seen: set[str] = set()
+        for node in out:
             if node.name in seen:
                 raise node.error(f"journal {node.name!r} appears more than once")
             seen.add(node.name)
-            _validate_change(node, flat)
-        out.append(flat)
+            _validate_change(node, FlatSpec(node.spec, node.revision, bool(node.delete)))
     return out
+
+
+def load_flat(text: str, file: str = "<stdin>") -> list[FlatSpec]:
+    """`flatten(load(text, file))`, parsing with the fast loader unless there is an error to locate."""
+    return strict.with_positions(lambda fast: flatten(load(text, file, fast=fast)))
 
 
 def change(flat: FlatSpec) -> pb.ApplyRequest.Change:
@@ -395,19 +406,41 @@ def _hoist(node: Node) -> None:
     for child in node.children:
         _hoist(child)
     name = node.name
+    # Siblings often differ only in name (and suspend): intersect and subtract such a run once.
+    keys = [_fields_key(child.spec) for child in node.children]
     for i, child in enumerate(node.children):
         if i == 0:
             node.delete, node.spec = child.delete, journalspec.copy(child.spec)
         else:
             if node.delete != child.delete:
                 node.delete = None
-            node.spec = journalspec.intersect(node.spec, child.spec)
+            if i == 1 or keys[i] != keys[i - 1]:  # Else intersecting with the same fields again is a no-op.
+                node.spec = journalspec.intersect(node.spec, child.spec)
     node.spec.name = name
     node.spec.ClearField("suspend")
-    for child in node.children:
+    previous: pb.JournalSpec | None = None
+    for i, child in enumerate(node.children):
         if node.delete is not None:
             child.delete = None
-        child.spec = journalspec.subtract(child.spec, node.spec)
+        if previous is not None and keys[i] == keys[i - 1]:
+            # subtract() keeps the child's own name and suspend, and computes the rest from the same fields.
+            out = journalspec.copy(previous)
+            out.name = child.spec.name
+            out.ClearField("suspend")
+            if child.spec.HasField("suspend"):
+                out.suspend.CopyFrom(child.spec.suspend)
+            child.spec = out
+        else:
+            child.spec = journalspec.subtract(child.spec, node.spec)
+        previous = child.spec
+
+
+def _fields_key(spec: pb.JournalSpec) -> bytes:
+    """The spec's fields other than name and suspend, as comparable bytes."""
+    rest = journalspec.copy(spec)
+    rest.name = ""
+    rest.ClearField("suspend")
+    return rest.SerializeToString(deterministic=True)
 
 
 # Encoding.

@@ -29,7 +29,7 @@ from gazctl.commands.common import (
 from gazctl.commands.journals._app import app
 from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
-from gazctl.listing import table, to_json, to_yaml
+from gazctl.listing import table, table_text, to_json, to_yaml
 from gazctl.specs import journalspace
 
 log = logging.getLogger("gazctl")
@@ -97,9 +97,15 @@ def list_command(
         elif output is ListFormat.proto:
             sys.stdout.write(text_format.MessageToString(resp))
         else:
-            stdout_console().print(
-                table(resp, rf=rf, primary=primary, replicas=replicas, stores=stores, label_columns=label_columns or ())
-            )
+            columns = {"rf": rf, "primary": primary, "replicas": replicas, "stores": stores}
+            label_cols = label_columns or ()
+            console = stdout_console()
+            # Not a terminal (piped, redirected): no styles, so write the same text without rich's per-cell work.
+            text = None if console.is_terminal else table_text(resp, console.width, label_columns=label_cols, **columns)
+            if text is not None:
+                sys.stdout.write(text)
+            else:
+                console.print(table(resp, label_columns=label_cols, **columns))
         sys.stdout.flush()
 
     async def watch_and_render(client: JournalClient) -> None:
@@ -183,7 +189,7 @@ def edit_command(
 
 
 def _changes(text: str, file: str) -> list[pb.ApplyRequest.Change]:
-    return [journalspace.change(flat) for flat in journalspace.flatten(journalspace.load(text, file))]
+    return [journalspace.change(flat) for flat in journalspace.load_flat(text, file)]
 
 
 def _apply(settings: Settings, changes: list[pb.ApplyRequest.Change], max_txn_size: int) -> int:

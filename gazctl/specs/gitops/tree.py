@@ -21,7 +21,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from broker.protocol import pb
-from gazctl.specs import journalspace
+from gazctl.specs import journalspace, strict
 from gazctl.specs.gitops.errors import TreeError
 from gazctl.specs.strict import At
 
@@ -99,6 +99,7 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
 
     env = _environment(root)
     journals: dict[str, DesiredJournal] = {}
+    texts: dict[str, str] = {}  # Rendered text by file label, to locate a duplicate's line.
     digest = hashlib.sha1()
     for path in files:
         relative = path.relative_to(root).as_posix()
@@ -107,14 +108,15 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
         if path.name.endswith(TEMPLATE_SUFFIX):
             text = _render(env, relative, path, variables)
             label = f"{path} (rendered)"
+        texts[label] = text
         digest.update(f"{relative}\0{len(text)}\0".encode())
         digest.update(text.encode())
         for journal in _journals_of(text, label):
             name = journal.spec.name
             if name in journals:
-                first = journals[name].at
-                raise journal.at.error(
-                    f"journal {name!r} is also declared at {first.file}:{first.line}; name each journal once"
+                first, again = _located(journals[name], texts), _located(journal, texts)
+                raise again.at.error(
+                    f"journal {name!r} is also declared at {first.at.file}:{first.at.line}; name each journal once"
                 )
             journals[name] = journal
     return SpecTree(root, files, dict(sorted(journals.items())), digest.hexdigest())
@@ -159,12 +161,23 @@ def _template_line(err: BaseException, name: str) -> int | str:
     return line
 
 
-def _journals_of(text: str, file: str) -> list[DesiredJournal]:
-    root = journalspace.load(text, file)
-    _forbid_apply_fields(root)
-    journalspace.flatten(root)  # Validates the tree and every journal's spec, naming the line.
-    return [DesiredJournal(node.spec, node.at or At(file, 1, 1)) for node in journalspace.journals(
-        journalspace.push_down(root))]
+def _journals_of(text: str, file: str, *, fast: bool = True) -> list[DesiredJournal]:
+    """The journals of one spec file; `fast` parses without positions (see `strict.with_positions`)."""
+
+    def decode(fast: bool) -> list[DesiredJournal]:
+        root = journalspace.load(text, file, fast=fast)
+        _forbid_apply_fields(root)
+        return [DesiredJournal(node.spec, node.at or At(file, 1, 1)) for node in journalspace.journal_nodes(root)]
+
+    return strict.with_positions(decode) if fast else decode(False)
+
+
+def _located(journal: DesiredJournal, texts: Mapping[str, str]) -> DesiredJournal:
+    """`journal` as decoded with positions (the fast loader's have none)."""
+    for located in _journals_of(texts[journal.at.file], journal.at.file, fast=False):
+        if located.spec.name == journal.spec.name:
+            return located
+    return journal
 
 
 def _forbid_apply_fields(node: journalspace.Node) -> None:
