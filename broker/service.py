@@ -72,11 +72,13 @@ class JournalService(pb_grpc.JournalServicer):
         if request.watch and request.HasField("watch_resume"):
             await keyspace.wait_for_revision(request.watch_resume.etcd.revision + 1)
         last: tuple[int, int] | None = None
+        # An empty selector matches every journal: skip building each one's label set.
+        match_all = not selector.include.labels and not selector.exclude.labels
         while True:
             journals = []
             for name in sorted(keyspace.journals):
                 item = keyspace.journals[name]
-                if labels.matches(selector, labels.journal_label_set(item.spec)):
+                if match_all or labels.matches(selector, labels.journal_label_set(item.spec)):
                     journals.append(
                         pb.ListResponse.Journal(
                             spec=item.spec,
@@ -116,7 +118,17 @@ class JournalService(pb_grpc.JournalServicer):
                 ops.append(put_op(key, change.upsert.SerializeToString()))
             else:
                 ops.append(delete_op(key))
-        ok, revision = await txn(self.state.etcd, compares, ops, [])
+        try:
+            ok, revision = await txn(self.state.etcd, compares, ops, [])
+        except grpc.aio.AioRpcError as exc:
+            # etcd refused the transaction itself (e.g. more operations than its --max-txn-ops, or a
+            # request above --max-request-bytes): say so, and how to apply in smaller transactions.
+            await _abort(
+                context, exc.code(),
+                f"etcd rejected the Apply transaction of {len(request.changes)} changes: {exc.details()}"
+                " (etcd limits operations per transaction with --max-txn-ops, default 128; apply in"
+                " smaller transactions, e.g. gazctl's --max-txn-size)",
+            )
         if not ok:
             return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED, header=self.state.resolver.header())
         await self.state.keyspace.wait_for_revision(revision)

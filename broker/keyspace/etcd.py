@@ -181,6 +181,10 @@ class EtcdProcess:
             f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster={self.name}={peer_url}",
             "--initial-cluster-state=new",
+            # A development etcd: let `gazctl journals apply` and `gazctl sync` write thousands of
+            # specs in one transaction (etcd's defaults: 128 operations, 1.5 MiB per request).
+            "--max-txn-ops=16384",
+            "--max-request-bytes=33554432",
         ]
 
     def start(self) -> None:
