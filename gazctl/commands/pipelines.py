@@ -183,14 +183,18 @@ def _spark(pipeline: Pipeline, master: str, level: str) -> SparkSession:
         entry = str(pipeline.file.parent.resolve())
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (entry, os.environ.get("PYTHONPATH", "")) if p)
     spark_level = {"trace": "DEBUG", "debug": "INFO", "info": "WARN"}.get(level, "FATAL")
+    config = _log4j_config(spark_level)
     builder = (
         SparkSession.builder.master(master)
         .appName(f"gazctl-pipeline-{pipeline.name}")
         .config("spark.ui.showConsoleProgress", "false")  # Its bar on stderr would fight ours.
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j_config(spark_level)}")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={config}")
     )
     log.debug("starting spark", extra={"master": master, "pipeline": pipeline.name})
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.unlink(config)  # log4j read it as the JVM started.
     spark.sparkContext.setLogLevel(spark_level)
     register(spark)
     return spark

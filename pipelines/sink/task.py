@@ -1,0 +1,325 @@
+"""One Spark task of a write: route and frame every row, buffer, then append (see `pipelines.sink.writer`).
+
+The task reads its whole input before it appends anything: rows go to a `Spool` per journal
+(memory up to `TASK_MEMORY_BYTES` for the whole task, then temporary files), already cut into
+appends of at most `batch_bytes` and never splitting a record. Only once the input iterator is
+exhausted without error do the appends start (PySpark also ends it without error when the JVM
+side of the task failed: see the known gap in `pipelines.sink.writer`), through one AppendService: journals in parallel,
+each journal's appends in order, one RPC each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from broker.client.append_service import DEFAULT_MEMORY_LIMIT, AppendService, AsyncAppend
+from broker.client.dial import JournalClient
+from broker.client.errors import AppendOutcomeUnknown, ClientError
+from consumer.message.mapping import MappingFunc, modulo_mapping, random_mapping, rendezvous_mapping
+from pipelines.sink.framing import FRAMERS, Framer
+from pipelines.sink.options import SinkConfig, SinkError, content_type, framing_of, list_named, list_selected
+
+log = logging.getLogger(__name__)
+
+TASK_MEMORY_BYTES = 64 << 20
+"""Framed rows a task holds in memory before it spills the rest to temporary files."""
+
+
+class SinkAppendError(RuntimeError):
+    """Appending a task's buffered rows failed; the message says what the task had already appended."""
+
+
+@dataclass
+class JournalWrite:
+    """What one task (or, summed, one write) appended to one journal."""
+
+    records: int = 0
+    bytes: int = 0
+    appends: int = 0
+    begin: int = -1
+    """Journal offset of the first appended byte (-1: none); with `end`, spans other writers' appends too."""
+    end: int = -1
+
+    def add(self, other: JournalWrite) -> None:
+        self.records += other.records
+        self.bytes += other.bytes
+        self.appends += other.appends
+        if other.begin >= 0:
+            self.begin = other.begin if self.begin < 0 else min(self.begin, other.begin)
+            self.end = max(self.end, other.end)
+
+
+@dataclass
+class _Budget:
+    limit: int
+    used: int = 0
+
+
+class Spool:
+    """One journal's framed records in arrival order, cut into appends of at most `batch_bytes`.
+
+    A record larger than `batch_bytes` is one append of its own: records are never split.
+    """
+
+    def __init__(self, budget: _Budget, batch_bytes: int, spool_dir: str | None) -> None:
+        self._budget = budget
+        self._batch_bytes = batch_bytes
+        self._spool_dir = spool_dir
+        self._memory = bytearray()
+        self._file: IO[bytes] | None = None
+        self.size = 0
+        self.records = 0
+        self._batch_begin = 0
+        self._batches: list[tuple[int, int, int]] = []  # (begin, end, records) in the spool.
+        self._batch_records = 0
+
+    def add(self, record: bytes) -> None:
+        n = len(record)
+        if self.size > self._batch_begin and self.size - self._batch_begin + n > self._batch_bytes:
+            self._cut()
+        if self._file is None and self._budget.used + n > self._budget.limit:
+            # Over the task's budget: this journal's rows go to disk from now on (memory first, in order).
+            self._file = tempfile.TemporaryFile(prefix="gazette-sink-", dir=self._spool_dir)
+            self._file.write(self._memory)
+            self._budget.used -= len(self._memory)
+            self._memory = bytearray()
+        if self._file is None:
+            self._memory += record
+            self._budget.used += n
+        else:
+            self._file.write(record)
+        self.size += n
+        self.records += 1
+        self._batch_records += 1
+
+    def _cut(self) -> None:
+        self._batches.append((self._batch_begin, self.size, self._batch_records))
+        self._batch_begin, self._batch_records = self.size, 0
+
+    def batches(self) -> list[tuple[int, int, int]]:
+        """The appends to make, in order: (begin, end, records)."""
+        if self.size > self._batch_begin:
+            self._cut()
+        return self._batches
+
+    def read(self, begin: int, end: int) -> bytes:
+        if self._file is None:
+            return bytes(self._memory[begin:end])
+        self._file.flush()
+        return os.pread(self._file.fileno(), end - begin, begin)
+
+    def close(self) -> None:
+        self._budget.used -= len(self._memory)
+        self._memory = bytearray()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class Router:
+    """Chooses each row's journal and framing; checks every journal before the task appends anything.
+
+    `refresh` lists the selector's journals in the task (streaming: journals created while the
+    query runs are used); otherwise the task uses the driver's listing, so every task of a write
+    maps keys over the same journals.
+    """
+
+    def __init__(self, config: SinkConfig, client: JournalClient, runner: asyncio.Runner, refresh: bool) -> None:
+        self._config = config
+        self._client = client
+        self._runner = runner
+        self._selected: dict[str, str] | None = None if refresh or not config.journals else dict(config.journals)
+        self._framers: dict[str, Framer] = {}
+        self._mapping: MappingFunc | None = None
+        self._random: MappingFunc | None = None
+        self._sticky = ""
+        self._sticky_bytes = 0
+
+    def selected(self) -> dict[str, str]:
+        """The selector's journals (name -> content type), listed at most once per task."""
+        if self._selected is None:
+            self._selected = list_selected(self._config)
+        return self._selected
+
+    def framer(self, journal: str) -> Framer:
+        """The framer of `journal`, checking first that it exists and matches the selector."""
+        framer = self._framers.get(journal)
+        if framer is not None:
+            return framer
+        config = self._config
+        if config.selector and journal in self.selected():
+            ct = self.selected()[journal]
+        else:
+            specs = self._runner.run(list_named(self._client, [journal]))
+            if journal not in specs:
+                raise SinkError(f"journal {journal!r} (column 'journal') does not exist")
+            if config.selector:
+                raise SinkError(f"journal {journal!r} (column 'journal') does not match option selector "
+                                f"{config.selector!r}")
+            ct = content_type(specs[journal])
+        framer = FRAMERS[framing_of(config, journal, ct)]
+        self._framers[journal] = framer
+        return framer
+
+    def by_key(self, key: bytes | bytearray | str) -> str:
+        if self._mapping is None:
+            names = sorted(self.selected())  # Gazette maps over the ListResponse, which is in name order.
+            make = modulo_mapping if self._config.mapping == "modulo" else rendezvous_mapping
+            self._mapping = make(_identity, names)
+        return self._mapping(bytes(key) if isinstance(key, bytearray) else key)[0]
+
+    def unkeyed(self, size: int) -> str:
+        """A random journal, kept until an append's worth of rows went to it (as Kafka's sticky partitioner)."""
+        if not self._sticky or self._sticky_bytes >= self._config.batch_bytes:
+            if self._random is None:
+                self._random = random_mapping(sorted(self.selected()))
+            self._sticky, self._sticky_bytes = self._random(None)[0], 0
+        self._sticky_bytes += size
+        return self._sticky
+
+
+def _identity(key: Any) -> Any:
+    return key
+
+
+def spool_dir() -> str | None:
+    """Where a task spills: Spark's local directory when it has one (sized for shuffle files), else the temp dir."""
+    dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+    return dirs.split(",")[0] or None
+
+
+def write_rows(config: SinkConfig, rows: Iterable[Sequence[Any]], *, refresh: bool) -> dict[str, JournalWrite]:
+    """Append `rows` as one task does, returning what went to each journal; raise on any failure."""
+    budget = _Budget(TASK_MEMORY_BYTES)
+    spools: dict[str, Spool] = {}
+    directory = spool_dir()
+    client = JournalClient(config.broker)
+    with asyncio.Runner() as runner:
+        try:
+            router = Router(config, client, runner, refresh)
+            for row in rows:
+                journal, record = _route(config, router, row)
+                spool = spools.get(journal)
+                if spool is None:
+                    spool = spools[journal] = Spool(budget, config.batch_bytes, directory)
+                spool.add(record)
+            # The whole input was read and checked: only now does any of it reach a journal.
+            if not spools:
+                return {}
+            return runner.run(_append_all(client, config, spools))
+        finally:
+            for spool in spools.values():
+                spool.close()
+            runner.run(client.close())
+
+
+def _route(config: SinkConfig, router: Router, row: Sequence[Any]) -> tuple[str, bytes]:
+    value = row[config.value_index]
+    journal = row[config.journal_index] if config.journal_index >= 0 else None
+    if value is None:
+        where = f" (journal {journal!r})" if journal else ""
+        raise SinkError(f"a row has a null 'value'{where}: every row must have one")
+    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if journal is None:
+        key = row[config.key_index] if config.key_index >= 0 else None
+        if key is not None:
+            journal = router.by_key(key)
+        elif config.selector:
+            journal = router.unkeyed(len(data))
+        else:
+            raise SinkError("a row has a null 'journal' and option selector is not set, so it has nowhere to go")
+    return journal, router.framer(journal)(data)
+
+
+async def _append_all(client: JournalClient, config: SinkConfig, spools: dict[str, Spool]) -> dict[str, JournalWrite]:
+    writes = {name: JournalWrite() for name in spools}
+    service = AppendService(
+        client,
+        max_batch_bytes=config.batch_bytes,
+        # Room for the append in flight and the next one queued behind it, so neither is spilled again.
+        journal_memory_limit=2 * config.batch_bytes,
+        memory_limit=max(DEFAULT_MEMORY_LIMIT, 2 * config.batch_bytes),
+        spool_dir=spool_dir(),
+    )
+    try:
+        async with service, asyncio.TaskGroup() as group:
+            for name, spool in spools.items():
+                group.create_task(_append_journal(service, name, spool, writes[name]))
+    except BaseExceptionGroup as group_error:
+        raise _task_error(group_error, writes) from _first(group_error)
+    return writes
+
+
+async def _append_journal(service: AppendService, journal: str, spool: Spool, write: JournalWrite) -> None:
+    """Append the spool's batches in order, the next queued while the previous is in flight."""
+    pending: AsyncAppend | None = None
+    pending_records = 0
+
+    def done(aa: AsyncAppend, records: int) -> None:
+        write.records += records
+        write.bytes += aa.size
+        write.appends += 1
+        if write.begin < 0:
+            write.begin = aa.begin
+        write.end = aa.end
+
+    for begin, end, records in spool.batches():
+        aa = service.append(journal, spool.read(begin, end))
+        if pending is not None:
+            await pending
+            done(pending, pending_records)
+        pending, pending_records = aa, records
+    if pending is not None:
+        await pending
+        done(pending, pending_records)
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first error of a failed task group which is not the cancellation of a sibling."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, asyncio.CancelledError):
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if leaves else group
+
+
+def _task_error(group: BaseExceptionGroup[Any], writes: dict[str, JournalWrite]) -> SinkAppendError:
+    cause = _first(group)
+    journal = getattr(cause, "journal", "") if isinstance(cause, ClientError) else ""
+    done = {name: w for name, w in writes.items() if w.appends}
+    committed = ", ".join(f"{name}: {w.appends} appends, {w.bytes} bytes" for name, w in sorted(done.items()))
+    outcome = " (its outcome is unknown: it may have committed)" if isinstance(cause, AppendOutcomeUnknown) else ""
+    message = (
+        f"appending to journal {journal or '?'} failed{outcome}: {cause}. "
+        f"Already committed by this task: {committed or 'nothing'}; a retry of the task appends them again"
+    )
+    log.error("gazette sink task failed", extra={"journal": journal, "committed": committed, "error": str(cause)})
+    return SinkAppendError(message)
+
+
+def log_totals(writes: Iterable[dict[str, JournalWrite] | None], what: str, emit: Callable[..., None]) -> dict[
+    str, JournalWrite
+]:
+    """Sum tasks' writes per journal and log them with `emit` (a logger method)."""
+    totals: dict[str, JournalWrite] = {}
+    for task in writes:
+        for name, w in (task or {}).items():
+            totals.setdefault(name, JournalWrite()).add(w)
+    records = sum(w.records for w in totals.values())
+    size = sum(w.bytes for w in totals.values())
+    emit("%s: %d records, %d bytes in %d journals", what, records, size, len(totals),
+         extra={"journals": {n: (w.records, w.bytes, w.appends) for n, w in sorted(totals.items())}})
+    return totals
+
