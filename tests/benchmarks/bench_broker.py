@@ -47,9 +47,9 @@ from pathlib import Path
 import grpc
 import snappy
 
-from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, free_port, journal_spec, wait_for_primary
+from tests.benchmarks.stack import etcd_and_broker, log
+from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 MiB = 1 << 20
 MB = 1e6
@@ -61,10 +61,6 @@ SINK_METHOD = "/bench.Bench/Sink"
 SOURCE_METHOD = "/bench.Bench/Source"
 
 GOALS = {"append_none": 0.40, "read_none": 0.50, "append_snappy": 0.70, "p99_ms": 5.0}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --- Content --------------------------------------------------------------------------------
@@ -645,22 +641,17 @@ def run(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp_name:
         tmp = Path(tmp_name)
-        etcd = EtcdProcess(tmp / "etcd", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
-        broker: BrokerProcess | None = None
         profiler = BrokerProfiler(Path(args.profile_broker), tmp / "hook") if args.profile_broker else None
-        try:
-            log("starting etcd and the broker")
-            etcd.start()
-            etcd.wait_ready(30.0)
-            (tmp / "fragments").mkdir()
-            extra = ("--broker.file-root", str(tmp / "fragments"), "--log.level", args.log_level)
-            if profiler is not None:
-                with profiler.environment():
-                    broker = BrokerProcess(tmp, etcd.endpoint, "/bench", *extra)
-                profiler.pid = broker.proc.pid
-            else:
-                broker = BrokerProcess(tmp, etcd.endpoint, "/bench", *extra)
-            broker.wait_ready()
+
+        def start_broker(tmp: Path, etcd: str, prefix: str, *extra: str) -> BrokerProcess:
+            if profiler is None:
+                return BrokerProcess(tmp, etcd, prefix, *extra)
+            with profiler.environment():
+                broker = BrokerProcess(tmp, etcd, prefix, *extra)
+            profiler.pid = broker.proc.pid
+            return broker
+
+        with etcd_and_broker(tmp, "--log.level", args.log_level, start_broker=start_broker) as broker:
             channel, stub = broker.stub()
             with channel:
                 specs = [bench_spec("bench/none", pb.NONE), bench_spec("bench/snappy", pb.SNAPPY),
@@ -672,17 +663,6 @@ def run(args: argparse.Namespace) -> None:
             log("broker phases")
             meter = CpuMeter(broker.proc.pid)
             asyncio.run(broker_phases(args, broker.target, results, chunks, profiler, meter))
-        except Exception:
-            if broker is not None and broker.proc.poll() is None:
-                log(f"broker log tail:\n{broker.logs()[-4000:]}")
-            raise
-        finally:
-            if broker is not None:
-                running = broker.proc.poll() is None
-                rc = broker.stop()
-                if running and rc != 0:
-                    log(f"broker exited with {rc} when stopped:\n{broker.logs()[-4000:]}")
-            etcd.stop()
 
     print_report(args, results, ratio)
     if profiler is not None:

@@ -1,7 +1,7 @@
 """Benchmark of `gazctl journals apply` and `list` against one broker holding 10,000 journals.
 
-Starts a real etcd (with `--max-txn-ops` raised to the batch size: etcd's default of 128 operations
-per transaction would refuse batches of 1000) and one real `gazette serve`, writes a journalspace
+Starts a real etcd (the embedded etcd's settings, which allow transactions of up to 16384
+operations; a stock etcd allows 128, refusing batches of 1000) and one real `gazette serve`, writes a journalspace
 YAML tree of TOPICS x PARTS journals (a root directory `bench/` with the common fragment settings
 and labels, one sub-directory per topic with its own labels, journals `bench/topic-NN/part-NNN`),
 then runs the real CLI as a user would (`python -m gazctl`, $BROKER_ADDRESS set) and times:
@@ -40,10 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb
-from tests.benchmarks.bench_broker import CpuMeter, CpuUse, log, thread_cpu
-from tests.harness import BrokerProcess, free_port, gazctl_env
+from tests.benchmarks.bench_broker import CpuMeter, CpuUse, thread_cpu
+from tests.benchmarks.stack import etcd_and_broker, log
+from tests.harness import BrokerProcess, gazctl_env
 
 GOALS = {"list": 1.0, "apply": 10.0}  # Wall seconds of one CLI run.
 LABEL_SELECTOR = "group=g3"
@@ -245,7 +245,7 @@ def print_report(args: argparse.Namespace, r: Results) -> None:
           f"{platform.platform()}, Python {platform.python_version()}; load average before the run "
           f"{r.load_before}")
     print(f"  tree: {r.tree_bytes} bytes of YAML; apply batches of --max-txn-size {args.max_txn_size} "
-          f"(etcd --max-txn-ops {args.max_txn_size}); best and median of {args.rounds} rounds")
+          f"; best and median of {args.rounds} rounds")
     print(f"  the broker assigned {r.assigned} of {r.journals} journals (--broker.limit); "
           f"its allocator was idle {r.idle_wait:.1f} s after the apply")
     print()
@@ -270,17 +270,6 @@ def print_report(args: argparse.Namespace, r: Results) -> None:
 # --- Main -----------------------------------------------------------------------------------
 
 
-class BenchEtcd(EtcdProcess):
-    """etcd allowing `max_txn_ops` operations per transaction (Gazette's docs: raise it with --max-txn-size)."""
-
-    def __init__(self, *args: object, max_txn_ops: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.max_txn_ops = max_txn_ops
-
-    def command(self) -> list[str]:
-        return [*super().command(), f"--max-txn-ops={max(self.max_txn_ops, 128)}"]
-
-
 def run(args: argparse.Namespace) -> None:
     r = Results(journals=args.topics * args.parts, load_before=" ".join(f"{x:.2f}" for x in os.getloadavg()))
     profile_dir = Path(args.profile_cli).resolve() if args.profile_cli else None
@@ -291,29 +280,8 @@ def run(args: argparse.Namespace) -> None:
         tree = make_tree(args.topics, args.parts)
         r.tree_bytes = len(tree)
         (tmp / "tree.yaml").write_text(tree)
-        etcd = BenchEtcd(tmp / "etcd", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
-                         max_txn_ops=args.max_txn_size)
-        broker: BrokerProcess | None = None
-        try:
-            log("starting etcd and the broker")
-            etcd.start()
-            etcd.wait_ready(30.0)
-            (tmp / "fragments").mkdir()
-            broker = BrokerProcess(tmp, etcd.endpoint, "/bench", "--broker.file-root", str(tmp / "fragments"),
-                                   "--log.level", args.log_level)
-            broker.wait_ready()
+        with etcd_and_broker(tmp, "--log.level", args.log_level) as broker:
             run_steps(args, r, broker, tmp, profile_dir)
-        except Exception:
-            if broker is not None and broker.proc.poll() is None:
-                log(f"broker log tail:\n{broker.logs()[-4000:]}")
-            raise
-        finally:
-            if broker is not None:
-                running = broker.proc.poll() is None
-                rc = broker.stop()
-                if running and rc != 0:
-                    log(f"broker exited with {rc} when stopped:\n{broker.logs()[-4000:]}")
-            etcd.stop()
     print_report(args, r)
     if profile_dir is not None:
         for name, path in r.profiles.items():

@@ -22,10 +22,8 @@ import platform
 import tempfile
 from pathlib import Path
 
-from broker.keyspace.etcd import EtcdProcess
-from tests.benchmarks.bench_broker import log
 from tests.benchmarks.bench_gazctl import Gazctl, Timing, timed
-from tests.harness import BrokerProcess, free_port
+from tests.benchmarks.stack import etcd_and_broker, log
 
 PLAN_GOAL = 5.0
 
@@ -69,14 +67,7 @@ def run(args: argparse.Namespace) -> dict[str, Timing]:
         tmp = Path(tmp_name)
         specs = tmp / "specs"
         write_tree(specs, args.topics, args.parts, "720h0m0s")
-        etcd = EtcdProcess(tmp / "etcd", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
-        broker: BrokerProcess | None = None
-        try:
-            log("starting etcd and the broker")
-            etcd.start()
-            etcd.wait_ready(30.0)
-            broker = BrokerProcess(tmp, etcd.endpoint, "/bench", "--log.level", "warn")
-            broker.wait_ready()
+        with etcd_and_broker(tmp, "--log.level", "warn", file_root=False) as broker:
             gazctl = Gazctl(broker, tmp, None)
             common = (str(specs), "--owner", "bench")
 
@@ -94,10 +85,6 @@ def run(args: argparse.Namespace) -> dict[str, Timing]:
             results["plan (10k updates)"] = timed(args.rounds, lambda: gazctl.run("plan", *common))
             results["sync (10k updates)"] = timed(1, lambda: gazctl.run("sync", *common))
             results["plan (in sync again)"] = timed(args.rounds, lambda: gazctl.run("plan", *common))
-        finally:
-            if broker is not None:
-                broker.stop()
-            etcd.stop()
     return results
 
 
