@@ -1,0 +1,89 @@
+"""The row schema of the `gazette` source, in Spark and Arrow terms.
+
+A user schema may name any base column (with its base type) plus extra columns: those are parsed
+from each message's JSON value (`parse=json`, implied by extra columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pipelines.source.options import GazetteOptionError, SourceOptions, parse_options
+
+BASE_SCHEMA = StructType(
+    [
+        StructField("journal", StringType(), False),
+        StructField("offset", LongType(), False),
+        StructField("value", BinaryType(), True),
+        StructField("uuid", StringType(), True),
+        StructField("producer", StringType(), True),
+        StructField("clock", LongType(), True),
+        StructField("flags", IntegerType(), True),
+        StructField("fragment_mod_time", TimestampType(), True),
+        StructField("labels", MapType(StringType(), ArrayType(StringType(), False), False), True),
+    ]
+)
+"""Columns of every row: where the message is, its bytes, its UUID parts, and its journal's labels."""
+
+BASE_NAMES = frozenset(BASE_SCHEMA.fieldNames())
+
+ARROW_BASE = pa.schema(
+    [
+        pa.field("journal", pa.string(), False),
+        pa.field("offset", pa.int64(), False),
+        pa.field("value", pa.binary()),
+        pa.field("uuid", pa.string()),
+        pa.field("producer", pa.string()),
+        pa.field("clock", pa.int64()),
+        pa.field("flags", pa.int32()),
+        pa.field("fragment_mod_time", pa.timestamp("us", tz="UTC")),
+        pa.field("labels", pa.map_(pa.string(), pa.list_(pa.string()))),
+    ]
+)
+"""The Arrow types Spark expects for the base columns (int64 for LongType, us UTC for TimestampType, ...)."""
+
+
+def source_schema(options: Mapping[str, str]) -> StructType:
+    """The default schema: the base columns (validates `options` first, so errors come before Spark work)."""
+    parse_options(options)
+    return BASE_SCHEMA
+
+
+def check_schema(schema: StructType, options: SourceOptions) -> list[str]:
+    """The extra (parsed) column names of `schema`; raise GazetteOptionError for a base column of the wrong type."""
+    by_name = {f.name: f for f in BASE_SCHEMA.fields}
+    extra = []
+    for f in schema.fields:
+        base = by_name.get(f.name)
+        if base is None:
+            extra.append(f.name)
+        elif base.dataType != f.dataType:
+            raise GazetteOptionError(
+                f"schema: column {f.name!r} must be {base.dataType.simpleString()}, not {f.dataType.simpleString()}"
+            )
+    if extra and options.parse == "none":
+        raise GazetteOptionError(f"parse: is 'none', but the schema has columns to parse: {', '.join(extra)}")
+    return extra
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of `schema`, with the base columns' exact types."""
+    converted = to_arrow_schema(schema)
+    fields = []
+    for f in converted:
+        fields.append(ARROW_BASE.field(f.name) if f.name in BASE_NAMES else f)
+    return pa.schema(fields)
