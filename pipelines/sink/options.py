@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import secrets
+import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -21,6 +23,7 @@ from broker.client.errors import ClientError
 from broker.client.listing import list_journals
 from broker.protocol import labels as lbl
 from broker.protocol import pb
+from consumer.message.clock import clock_at
 from gazctl.selectors import parse_selector
 from gazctl.selectors.parse import SelectorError
 
@@ -31,7 +34,7 @@ DEFAULT_MAPPING = "rendezvous"
 FRAMINGS = ("lines", "none", "fixed")
 DEFAULT_BATCH_BYTES = 4 << 20
 MAX_BATCH_BYTES = 1 << 30
-OPTIONS = ("broker", "selector", "mapping", "framing", "batchbytes")
+OPTIONS = ("broker", "selector", "mapping", "framing", "batchbytes", "transactional")
 IGNORED_OPTIONS = ("path", "checkpointlocation", "queryname")
 """Spark's own options which reach the writer (`save(path)`, `writeStream`): they mean nothing here."""
 
@@ -39,6 +42,9 @@ LINE_CONTENT_TYPES = frozenset({lbl.CONTENT_TYPE_JSON_LINES, lbl.CONTENT_TYPE_CS
 """Content types whose records are newline-delimited ("" is a journal without the label)."""
 
 COLUMNS = ("value", "journal", "key")
+
+TXN_CONTENT_TYPES = frozenset({lbl.CONTENT_TYPE_JSON_LINES})
+"""Content types whose messages the writer stamps with Gazette UUIDs (see `pipelines.sink.txn`)."""
 
 
 class SinkError(ValueError):
@@ -63,6 +69,12 @@ class SinkConfig:
     key_index: int
     journals: dict[str, str] = field(default_factory=dict)
     """Journals the selector matched on the driver, name -> content type, in name order."""
+    transactional: bool | None = None
+    """Option `transactional`; None: transactional where the journal's framing carries UUIDs."""
+    write_id: str = ""
+    """Random id of the write, drawn on the driver: with a partition, it names a task's producer."""
+    base_clock: int = 0
+    """Batch writes: the clock every task's clocks start after (drawn on the driver); 0 in streaming."""
 
     @property
     def label_selector(self) -> pb.LabelSelector | None:
@@ -83,6 +95,21 @@ def framing_of(config: SinkConfig, journal: str, content_type: str) -> str:
     )
 
 
+def is_transactional(config: SinkConfig, journal: str, content_type: str) -> bool:
+    """Whether rows to `journal` are stamped with UUIDs and committed by ACKs (raise if asked and impossible)."""
+    if config.transactional is False:
+        return False
+    if not config.framing and content_type in TXN_CONTENT_TYPES:
+        return True
+    if config.transactional:
+        why = f"option framing is {config.framing!r}" if config.framing else f"it has content-type {content_type!r}"
+        raise SinkError(
+            f"option transactional=true, but the records of journal {journal} carry no message UUIDs ({why}): "
+            f"transactions need JSON lines journals ({lbl.CONTENT_TYPE_JSON_LINES}) without option framing"
+        )
+    return False
+
+
 def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, list_now: bool = True) -> SinkConfig:
     """Validate `options` and `schema` (and with `list_now`, the selector's journals); raise SinkError."""
     if overwrite:
@@ -92,7 +119,7 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
     unknown = sorted(k for k in set(opts) - set(OPTIONS) - set(IGNORED_OPTIONS) if not k.startswith(("__", "spark.")))
     if unknown:
         raise SinkError(f"unknown option {unknown[0]!r} (the gazette writer takes broker, selector, mapping, "
-                        "framing, batchBytes)")
+                        "framing, batchBytes, transactional)")
 
     columns = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
     extra = sorted(set(columns) - set(COLUMNS))
@@ -126,6 +153,7 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
     if framing and framing not in FRAMINGS:
         raise SinkError(f"option framing {opts['framing']!r}: expected one of {', '.join(FRAMINGS)}")
     batch_bytes = _batch_bytes(opts.get("batchbytes"))
+    transactional = _bool_option("transactional", opts.get("transactional"))
 
     try:
         broker = resolve_broker_address(opts.get("broker") or None)
@@ -136,7 +164,8 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
     config = SinkConfig(
         broker=broker, selector=selector, mapping=mapping or DEFAULT_MAPPING, framing=framing,
         batch_bytes=batch_bytes, value_index=value_index, value_is_string=isinstance(value_type, StringType),
-        journal_index=journal_index, key_index=key_index,
+        journal_index=journal_index, key_index=key_index, transactional=transactional,
+        write_id=secrets.token_hex(16), base_clock=clock_at(time.time_ns()),
     )
     if selector and list_now:
         config.journals.update(list_selected(config))
@@ -151,6 +180,8 @@ def list_selected(config: SinkConfig) -> dict[str, str]:
     if not config.framing:
         for name, content_type in journals.items():
             framing_of(config, name, content_type)  # Refuse now, not in a task, a journal we could not frame.
+    for name, content_type in journals.items():
+        is_transactional(config, name, content_type)
     return journals
 
 
@@ -189,6 +220,15 @@ def _check_type(column: str, actual: DataType, allowed: tuple[type[DataType], ..
     if not isinstance(actual, allowed):
         names = " or ".join(t.typeName() for t in allowed)
         raise SinkError(f"column {column!r} has type {actual.simpleString()}: expected {names}")
+
+
+def _bool_option(name: str, text: str | None) -> bool | None:
+    if text is None or not text.strip():
+        return None
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise SinkError(f"option {name} {text!r}: expected true or false")
+    return value == "true"
 
 
 def _batch_bytes(text: str | None) -> int:

@@ -6,6 +6,10 @@ appends of at most `batch_bytes` and never splitting a record. Only once the inp
 exhausted without error do the appends start (PySpark also ends it without error when the JVM
 side of the task failed: see the known gap in `pipelines.sink.writer`), through one AppendService: journals in parallel,
 each journal's appends in order, one RPC each.
+
+Rows to transactional journals are stamped with the task's producer and clocks (`TaskTxn`,
+`pipelines.sink.txn`) as they are routed; a rollback ACK, when the task must append one to a
+journal, is the first record of that journal's first append.
 """
 
 from __future__ import annotations
@@ -13,17 +17,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from broker.client.append_service import DEFAULT_MEMORY_LIMIT, AppendService, AsyncAppend
 from broker.client.dial import JournalClient
 from broker.client.errors import AppendOutcomeUnknown, ClientError
+from consumer.message.clock import clock_at
 from consumer.message.mapping import MappingFunc, modulo_mapping, random_mapping, rendezvous_mapping
 from pipelines.sink.framing import FRAMERS, Framer
-from pipelines.sink.options import SinkConfig, SinkError, content_type, framing_of, list_named, list_selected
+from pipelines.sink.options import (
+    SinkConfig,
+    SinkError,
+    content_type,
+    framing_of,
+    is_transactional,
+    list_named,
+    list_selected,
+)
+from pipelines.sink.txn import ROLLBACK_CLOCK, Stamper, ack_record, producer_for, stamp
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +95,8 @@ class Spool:
         self._batches: list[tuple[int, int, int]] = []  # (begin, end, records) in the spool.
         self._batch_records = 0
 
-    def add(self, record: bytes) -> None:
+    def add(self, record: bytes, rows: int = 1) -> None:
+        """Add a record (`rows`=0: an ACK, which is no row of the DataFrame)."""
         n = len(record)
         if self.size > self._batch_begin and self.size - self._batch_begin + n > self._batch_bytes:
             self._cut()
@@ -95,8 +112,8 @@ class Spool:
         else:
             self._file.write(record)
         self.size += n
-        self.records += 1
-        self._batch_records += 1
+        self.records += rows
+        self._batch_records += rows
 
     def _cut(self) -> None:
         self._batches.append((self._batch_begin, self.size, self._batch_records))
@@ -140,6 +157,8 @@ class Router:
         self._random: MappingFunc | None = None
         self._sticky = ""
         self._sticky_bytes = 0
+        self.transactional: set[str] = set()
+        """Journals (of those framed so far) whose rows are stamped with UUIDs and committed by ACKs."""
 
     def selected(self) -> dict[str, str]:
         """The selector's journals (name -> content type), listed at most once per task."""
@@ -164,6 +183,8 @@ class Router:
                                 f"{config.selector!r}")
             ct = content_type(specs[journal])
         framer = FRAMERS[framing_of(config, journal, ct)]
+        if is_transactional(config, journal, ct):
+            self.transactional.add(journal)
         self._framers[journal] = framer
         return framer
 
@@ -194,32 +215,70 @@ def spool_dir() -> str | None:
     return dirs.split(",")[0] or None
 
 
-def write_rows(config: SinkConfig, rows: Iterable[Sequence[Any]], *, refresh: bool) -> dict[str, JournalWrite]:
+@dataclass(frozen=True)
+class TaskTxn:
+    """Who a task is as a producer (see `pipelines.sink.txn`), decided by the writer in the task."""
+
+    partition: int
+    write_id: str
+    base_clock: int
+    """Clocks start after it; 0: from the task's wall-clock time."""
+    rollback_clock: int
+    rollback_written: bool
+    """Roll back, first, the producer's earlier messages in every journal the task writes."""
+    rollback_all: bool
+    """Also in every journal of the selector (a retry: the failed attempt may have routed rows elsewhere)."""
+
+
+@dataclass
+class TaskResult:
+    writes: dict[str, JournalWrite]
+    producer: bytes = b""
+    last_clocks: dict[str, int] = field(default_factory=dict)
+    """Per transactional journal with rows: the last clock the task stamped (what its commit ACK carries)."""
+
+
+def write_rows(
+    config: SinkConfig, rows: Iterable[Sequence[Any]], *, refresh: bool, txn: TaskTxn | None = None
+) -> TaskResult:
     """Append `rows` as one task does, returning what went to each journal; raise on any failure."""
     budget = _Budget(TASK_MEMORY_BYTES)
     spools: dict[str, Spool] = {}
     directory = spool_dir()
     client = JournalClient(config.broker)
+    txn = txn or TaskTxn(-1, secrets.token_hex(16), 0, ROLLBACK_CLOCK, False, False)
+    stamper = Stamper(producer_for(txn.write_id, txn.partition), txn.base_clock or clock_at(time.time_ns()))
+    rollback = ack_record(stamper.producer, txn.rollback_clock)
     with asyncio.Runner() as runner:
         try:
             router = Router(config, client, runner, refresh)
-            for row in rows:
-                journal, record = _route(config, router, row)
+            for index, row in enumerate(rows):
+                journal, record = _route(config, router, row, stamper, index)
                 spool = spools.get(journal)
                 if spool is None:
                     spool = spools[journal] = Spool(budget, config.batch_bytes, directory)
+                    if txn.rollback_written and journal in router.transactional:
+                        spool.add(rollback, rows=0)  # In the journal's first append, before the rows.
                 spool.add(record)
+            if txn.rollback_all and config.selector:
+                for journal in router.selected():
+                    if journal not in spools:
+                        router.framer(journal)
+                        if journal in router.transactional:
+                            spools[journal] = Spool(budget, config.batch_bytes, directory)
+                            spools[journal].add(rollback, rows=0)
             # The whole input was read and checked: only now does any of it reach a journal.
             if not spools:
-                return {}
-            return runner.run(_append_all(client, config, spools))
+                return TaskResult({}, stamper.producer)
+            writes = runner.run(_append_all(client, config, spools))
+            return TaskResult(writes, stamper.producer, dict(stamper.last))
         finally:
             for spool in spools.values():
                 spool.close()
             runner.run(client.close())
 
 
-def _route(config: SinkConfig, router: Router, row: Sequence[Any]) -> tuple[str, bytes]:
+def _route(config: SinkConfig, router: Router, row: Sequence[Any], stamper: Stamper, index: int) -> tuple[str, bytes]:
     value = row[config.value_index]
     journal = row[config.journal_index] if config.journal_index >= 0 else None
     if value is None:
@@ -234,7 +293,10 @@ def _route(config: SinkConfig, router: Router, row: Sequence[Any]) -> tuple[str,
             journal = router.unkeyed(len(data))
         else:
             raise SinkError("a row has a null 'journal' and option selector is not set, so it has nowhere to go")
-    return journal, router.framer(journal)(data)
+    framer = router.framer(journal)
+    if journal in router.transactional:
+        return journal, stamp(stamper, data, index, journal)
+    return journal, framer(data)
 
 
 async def _append_all(client: JournalClient, config: SinkConfig, spools: dict[str, Spool]) -> dict[str, JournalWrite]:
@@ -303,7 +365,8 @@ def _task_error(group: BaseExceptionGroup[Any], writes: dict[str, JournalWrite])
     outcome = " (its outcome is unknown: it may have committed)" if isinstance(cause, AppendOutcomeUnknown) else ""
     message = (
         f"appending to journal {journal or '?'} failed{outcome}: {cause}. "
-        f"Already committed by this task: {committed or 'nothing'}; a retry of the task appends them again"
+        f"Already committed by this task: {committed or 'nothing'}; a retry of the task appends them again "
+        "(in transactional journals, rolling them back first)"
     )
     log.error("gazette sink task failed", extra={"journal": journal, "committed": committed, "error": str(cause)})
     return SinkAppendError(message)
