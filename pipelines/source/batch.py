@@ -12,6 +12,7 @@ from pipelines.source.options import SourceOptions, parse_options
 from pipelines.source.planning import GazettePartition, plan_batch, run
 from pipelines.source.read import read_partition
 from pipelines.source.schema import arrow_schema, check_schema
+from pipelines.source.worker import prepare_worker
 
 
 class GazetteBatchReader(DataSourceReader):
@@ -27,6 +28,7 @@ class GazetteBatchReader(DataSourceReader):
         return run(plan_batch(self.opts))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        prepare_worker()  # Executor side: once per Python worker process.
         if not isinstance(partition, GazettePartition):
             return iter(())  # Spark plans one empty partition when there are none.
         return read_partition(partition, self.opts, self.arrow, self.extra)

@@ -74,10 +74,11 @@ def direct_chunks(p: GazettePartition, file_root: str | None) -> Chunks:
     else:
         raw, codec = _open_http(p.url, frag)  # type: ignore[assignment]
     decomp = decompressor(codec)
+    step = CHUNK if codec == pb.NONE else RAW_READ  # Uncompressed: read straight in chunks to split.
     at = p.fragment_begin
     try:
         while at < p.end:
-            data = raw.read(RAW_READ)
+            data = raw.read(step)
             if not data:
                 raise OSError(f"fragment {redact(p.url)} ended at {at}, before {p.end}")
             out = decomp.decompress(data)
@@ -145,8 +146,9 @@ class Messages:
     ends: np.ndarray
     values: pa.BinaryArray
     uuids: pa.StringArray | None
-    raw: bytes | None = None
-    """The newline-delimited bytes of the values, for Arrow's JSON parser (lines framing only)."""
+    raw: pa.Buffer | None = None
+    """The newline-delimited bytes of the values, for Arrow's JSON parser (lines framing only; a
+    zero-copy view of the split chunk, so a read that parses nothing copies nothing)."""
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -162,11 +164,12 @@ def line_messages(chunks: Chunks, *, with_uuids: bool) -> Iterator[Messages]:
 
     def split(final: bool) -> Iterator[Messages]:
         nonlocal rest, base, pending, size
-        data = rest + b"".join(pending) if pending else rest
+        # One copy of the pending bytes at most (none for a lone block), whatever `rest` holds.
+        data = (pending[0] if len(pending) == 1 else b"".join(pending)) if not rest else b"".join([rest, *pending])
         pending, size = [], 0
         values, offsets, consumed = split_lines(data, base)
         if consumed:
-            raw = data[:consumed]
+            raw = pa.py_buffer(data).slice(0, consumed)
             starts = offsets.to_numpy()
             ends = np.empty(len(starts), dtype=np.int64)
             ends[:-1] = starts[1:]
@@ -254,7 +257,7 @@ def messages(p_journal: str, framing: str, chunks: Chunks, begin: int) -> Iterat
     return frame_messages(chunks, p_journal, framing, begin)
 
 
-def read_json(raw: bytes, schema: pa.Schema, rows: int) -> pa.Table | None:
+def read_json(raw: bytes | pa.Buffer, schema: pa.Schema, rows: int) -> pa.Table | None:
     """`raw` (JSON lines) parsed by Arrow into `schema`; None if it fails or yields another row count."""
     try:
         table = pajson.read_json(
@@ -274,12 +277,13 @@ def _loads(value: bytes | None) -> object:
         return None
 
 
-def json_uuids(raw: bytes, values: pa.BinaryArray) -> pa.StringArray | None:
+def json_uuids(raw: bytes | pa.Buffer, values: pa.BinaryArray) -> pa.StringArray | None:
     """The UUID text of each JSON message (null where absent); None when no message has one."""
     # Journals carry UUIDs in every message or in none: looking at the first and last messages of
     # the chunk keeps plain JSON lines free of a scan of every byte (which cost ~40% of a read).
-    first = raw[: raw.find(b"\n") + 1]
-    last = raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :]
+    if len(values) == 0:
+        return None
+    first, last = values[0].as_py(), values[len(values) - 1].as_py()
     if not any(key in first or key in last for key in _UUID_KEYS):
         return None
     table = read_json(raw, _UUID_SCHEMA, len(values))

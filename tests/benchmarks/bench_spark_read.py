@@ -14,18 +14,23 @@ a backing store on each), it measures per codec, over exactly the same fragment 
   messages with `bytes.split(b"\\n")`, counting them; two shapes: whole files, and 4 MiB reads
   with the partial last line carried over. The faster shape is the baseline.
 * SPARK: a fresh `local[2]` SparkSession (UI off) with format `gazette` registered,
-  `spark.read.format("gazette").option("broker", ...).option("selector", "bench=spark,codec=...")`
-  and the action `selectExpr("sum(length(value))", "count(*)").collect()` (every `value` is
-  materialized; the primary figure), then `.count()` (which Spark may plan without reading the
-  columns), then the sum again with the user schema `value binary` (Python data sources prune no
-  columns, so this shows what the other eight base columns cost). JVM start and the first query on
-  a tiny warm-up journal (Python worker start and imports) are timed apart and excluded.
+  `spark.read.format("gazette").schema("offset bigint, value binary").option("broker", ...)
+  .option("selector", "bench=spark,codec=...")` and the action
+  `selectExpr("sum(length(value))", "count(*)").collect()`: every `value` is materialized. This
+  lean read is the primary figure, the one the goal is judged on: it is what a job that reads
+  every message asks for, and Spark 4.0 prunes no columns of a Python data source (every column
+  the schema names crosses from the Python worker into the JVM and is converted there row by
+  row), so a job should name the columns it needs. Then, as secondary figures: the same sum with
+  the default schema (all nine base columns: journal, offset, value, uuid, producer, clock,
+  flags, fragment_mod_time, labels), and `.count()` with the lean schema. JVM start and the first
+  queries on a tiny warm-up journal (Python worker start and imports) are timed apart and
+  excluded.
 
 MB is 10^6 bytes of uncompressed content (newlines included). Each measurement is the best of
 --rounds. The report goes to stdout, progress to stderr. Nothing is asserted about speed.
 
     python -m tests.benchmarks.bench_spark_read [--gib 1.0] [--codecs NONE,SNAPPY] [--rounds 2]
-        [--max-records-per-batch N,...] [--no-value-only] [--profile-partition [--profile-top 30]]
+        [--max-records-per-batch N,...] [--no-all-columns] [--profile-partition [--profile-top 30]]
 
 --max-records-per-batch reruns the Spark query with `spark.sql.execution.arrow.maxRecordsPerBatch`
 set to each value. --profile-partition runs the data source's reader in this process (no Spark:
@@ -77,7 +82,7 @@ BASELINE_READ = 4 * MiB
 GOAL = 1.0  # Spark local[2] / one plain Python process.
 CODECS = {"NONE": pb.NONE, "SNAPPY": pb.SNAPPY}
 LABEL = "bench=spark"
-VALUE_ONLY = "value binary"  # A user schema of the value alone: Python data sources prune no columns.
+LEAN = "offset bigint, value binary"  # The primary read: what a job reading every message needs.
 WARMUP = "bench/spark-warmup"  # A tiny journal read first, so that the measured queries find Python workers up.
 WARMUP_LENGTH = 64 * KiB
 
@@ -375,9 +380,9 @@ def spark_sum(spark: Any, options: dict[str, str], schema: str | None = None) ->
     return time.perf_counter() - started, int(row["n"] or 0), int(row["rows"])
 
 
-def spark_count(spark: Any, options: dict[str, str]) -> tuple[float, int]:
+def spark_count(spark: Any, options: dict[str, str], schema: str | None = None) -> tuple[float, int]:
     started = time.perf_counter()
-    rows = gazette_df(spark, options).count()
+    rows = gazette_df(spark, options, schema).count()
     return time.perf_counter() - started, int(rows)
 
 
@@ -387,9 +392,9 @@ class SparkResults:
     session_start: float = 0.0
     warmup_first: float = 0.0
     warmup_second: float = 0.0
-    sums: dict[str, Measure] = field(default_factory=dict)
-    counts: dict[str, Measure] = field(default_factory=dict)
-    value_only: dict[str, Measure] = field(default_factory=dict)  # User schema `value binary`.
+    sums: dict[str, Measure] = field(default_factory=dict)  # Schema LEAN: the primary figure.
+    counts: dict[str, Measure] = field(default_factory=dict)  # Schema LEAN.
+    all_columns: dict[str, Measure] = field(default_factory=dict)  # The default schema (nine columns).
     batch_sizes: dict[str, dict[str, Measure]] = field(default_factory=dict)  # maxRecordsPerBatch -> codec ->
     error: str = ""
 
@@ -406,7 +411,7 @@ def measure_spark(
         out.version = spark.version
         register(spark)
         warm = {**base, "selector": "bench=spark-warmup"}
-        out.warmup_first = spark_sum(spark, warm)[0]
+        out.warmup_first = spark_sum(spark, warm, LEAN)[0]
         out.warmup_second = spark_sum(spark, warm)[0]
         log(f"  session {out.session_start:.1f} s; warm-up query {out.warmup_first:.2f} s, "
             f"then {out.warmup_second:.2f} s")
@@ -415,25 +420,26 @@ def measure_spark(
             times = []
             content = rows = 0
             for _ in range(args.rounds):
-                seconds, total, rows = spark_sum(spark, opts)
+                seconds, total, rows = spark_sum(spark, opts, LEAN)
                 content = total + rows  # Each value lost its newline.
                 times.append(seconds)
-                log(f"  spark {codec} sum(length(value)): {seconds:.2f} s, {content / seconds / MB:.1f} MB/s")
+                log(f"  spark {codec} schema {LEAN!r} sum(length(value)): {seconds:.2f} s, "
+                    f"{content / seconds / MB:.1f} MB/s")
             out.sums[codec] = Measure(min(times), content, rows, all_seconds=times)
             times = []
             for _ in range(args.rounds):
-                seconds, rows = spark_count(spark, opts)
+                seconds, rows = spark_count(spark, opts, LEAN)
                 times.append(seconds)
             out.counts[codec] = Measure(min(times), w.content, rows, all_seconds=times)
             log(f"  spark {codec} count(): {min(times):.2f} s")
-            if args.value_only:
+            if args.all_columns:
                 times = []
                 for _ in range(args.rounds):
-                    seconds, total, rows = spark_sum(spark, opts, VALUE_ONLY)
+                    seconds, total, rows = spark_sum(spark, opts)
                     content = total + rows
                     times.append(seconds)
-                out.value_only[codec] = Measure(min(times), content, rows, all_seconds=times)
-                log(f"  spark {codec} schema {VALUE_ONLY!r}: {out.value_only[codec].mbs():.1f} MB/s")
+                out.all_columns[codec] = Measure(min(times), content, rows, all_seconds=times)
+                log(f"  spark {codec} all columns: {out.all_columns[codec].mbs():.1f} MB/s")
     return out
 
 
@@ -448,14 +454,14 @@ def measure_batch_sizes(
             from pipelines.datasource import register
 
             register(spark)
-            spark_sum(spark, {**base, "selector": "bench=spark-warmup"})
+            spark_sum(spark, {**base, "selector": "bench=spark-warmup"}, LEAN)
             per: dict[str, Measure] = {}
             for codec in written:
                 opts = {**base, "selector": f"{LABEL},codec={codec}"}
                 times = []
                 content = rows = 0
                 for _ in range(args.rounds):
-                    seconds, total, rows = spark_sum(spark, opts)
+                    seconds, total, rows = spark_sum(spark, opts, LEAN)
                     content = total + rows
                     times.append(seconds)
                 per[codec] = Measure(min(times), content, rows, all_seconds=times)
@@ -467,14 +473,19 @@ def measure_batch_sizes(
 
 
 def profile_partitions(args: argparse.Namespace, base: dict[str, str], codecs: list[str]) -> str:
-    """cProfile of the data source's reader reading the first partition of each codec, no Spark involved."""
+    """cProfile of the data source's reader (schema LEAN) reading the largest partition of each codec, no Spark."""
+    from pyspark.sql.types import StructType
+
     from pipelines.datasource import GazetteDataSource
+    from pipelines.source.schema import BASE_SCHEMA
+
+    lean = StructType([BASE_SCHEMA[name.split()[0]] for name in LEAN.split(",")])
 
     report = io.StringIO()
     for codec in codecs:
         opts = {**base, "selector": f"{LABEL},codec={codec}"}
         source = GazetteDataSource(opts)
-        reader = source.reader(source.schema())
+        reader = source.reader(lean)
         parts = list(reader.partitions())
         sizes = [int(getattr(p, "end", 0)) - int(getattr(p, "begin", 0)) for p in parts]
         part = parts[sizes.index(max(sizes))]  # The largest partition.
@@ -487,7 +498,8 @@ def profile_partitions(args: argparse.Namespace, base: dict[str, str], codecs: l
             rows += batch.num_rows if hasattr(batch, "num_rows") else 1
         profiler.disable()
         seconds = time.perf_counter() - started
-        report.write(f"\n=== {codec}: the largest of {len(parts)} partitions (bytes {sizes}): {max(sizes)} bytes, "
+        report.write(f"\n=== {codec}, schema {LEAN!r}: the largest of {len(parts)} partitions "
+                     f"(bytes {sizes}): {max(sizes)} bytes, "
                      f"{rows} rows in {batches} batches, {seconds:.2f} s under the profiler "
                      f"({max(sizes) / seconds / MB:.0f} MB/s)\n")
         stats = pstats.Stats(profiler, stream=report)
@@ -512,6 +524,8 @@ def print_report(
     print(f"  machine: {platform.machine()}, {os.cpu_count()} cores ({cores} usable), {platform.platform()}, "
           f"Python {platform.python_version()}, Spark {spark.version if spark and spark.version else '-'}")
     first = next(iter(written.values()))
+    print(f"  load average (1 min) at the start of the run {args.load_start:.2f}, at the report "
+          f"{os.getloadavg()[0]:.2f} (other work on the machine skews every figure)")
     print(f"  content: JSON lines (~{first.content // max(1, first.messages)} bytes each, fields vary by event "
           f"type), {APPEND_SIZE // MiB} MiB appends, {FRAGMENT_LENGTH // MiB} MiB "
           f"fragments in a file:// store; MB = 10^6 bytes of uncompressed content; best of {args.rounds}")
@@ -539,17 +553,17 @@ def print_report(
         s = spark.sums[codec]
         ratio = s.mbs() / base.mbs()
         verdict = "PASS" if ratio >= GOAL else "MISS"
-        print(f"  {codec:7s} {'spark sum(length(value)), count(*)':34s} {s.seconds:8.2f} {s.mbs():8.1f} "
+        print(f"  {codec:7s} {'spark lean sum (the goal)':34s} {s.seconds:8.2f} {s.mbs():8.1f} "
               f"{s.msgs():11,.0f} {ratio:6.2f}  >= {GOAL:.1f}x {verdict}")
-        c = spark.counts[codec]
-        print(f"  {codec:7s} {'spark count()':34s} {c.seconds:8.2f} {c.mbs():8.1f} {c.msgs():11,.0f} "
-              f"{c.mbs() / base.mbs():6.2f}  (info)")
-        if codec in spark.value_only:
-            v = spark.value_only[codec]
-            print(f"  {codec:7s} {'spark sum, schema ' + repr(VALUE_ONLY):34s} {v.seconds:8.2f} {v.mbs():8.1f} "
-                  f"{v.msgs():11,.0f} {v.mbs() / base.mbs():6.2f}  (info)")
+        if codec in spark.all_columns:
+            v = spark.all_columns[codec]
+            print(f"  {codec:7s} {'spark sum, all nine columns':34s} {v.seconds:8.2f} {v.mbs():8.1f} "
+                  f"{v.msgs():11,.0f} {v.mbs() / base.mbs():6.2f}  (secondary)")
             if v.content != w.content or v.messages != w.messages:
-                print(f"  {codec:7s} CHECK FAILED: schema {VALUE_ONLY!r} read {v.content} bytes, {v.messages} rows")
+                print(f"  {codec:7s} CHECK FAILED: all columns read {v.content} bytes, {v.messages} rows")
+        c = spark.counts[codec]
+        print(f"  {codec:7s} {'spark lean count()':34s} {c.seconds:8.2f} {c.mbs():8.1f} {c.msgs():11,.0f} "
+              f"{c.mbs() / base.mbs():6.2f}  (info)")
         for value, per in spark.batch_sizes.items():
             m = per[codec]
             print(f"  {codec:7s} {'spark maxRecordsPerBatch=' + value:34s} {m.seconds:8.2f} {m.mbs():8.1f} "
@@ -565,11 +579,13 @@ def print_report(
             print(f"  {codec:7s} CHECK FAILED: {'; '.join(problems)}")
     if spark is not None and spark.sums:
         print()
+        print(f"  lean = user schema {LEAN!r}: the goal is judged on it (Spark 4.0 prunes no columns of a Python data")
+        print("  source, so every column a schema names crosses into the JVM; a job names the ones it needs)")
         print(f"  Spark overheads excluded above: session start (JVM) {spark.session_start:.2f} s; first query on "
               f"the warm-up journal (Python workers, imports) {spark.warmup_first:.2f} s, second "
               f"{spark.warmup_second:.2f} s")
         for codec, s in spark.sums.items():
-            print(f"  {codec} sum query rounds: {', '.join(f'{t:.2f}' for t in s.all_seconds)} s")
+            print(f"  {codec} lean sum query rounds: {', '.join(f'{t:.2f}' for t in s.all_seconds)} s")
 
 
 # --- Main -----------------------------------------------------------------------------------
@@ -586,6 +602,7 @@ def run(args: argparse.Namespace) -> None:
         if c not in CODECS:
             raise SystemExit(f"unknown codec {c}; expected some of {', '.join(CODECS)}")
     total = int(args.gib * GiB)
+    args.load_start = os.getloadavg()[0]
     log(f"generating {POOL_CHUNKS} x {APPEND_SIZE // MiB} MiB of JSON lines")
     chunks = make_chunks(POOL_CHUNKS, APPEND_SIZE)
     with tempfile.TemporaryDirectory(prefix="bench-spark-read-") as tmp_name:
@@ -675,8 +692,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per measurement; the best is reported")
     parser.add_argument("--max-records-per-batch", default="",
                         help="comma-separated spark.sql.execution.arrow.maxRecordsPerBatch values to also try")
-    parser.add_argument("--no-value-only", dest="value_only", action="store_false",
-                        help=f"skip the Spark query with the user schema {VALUE_ONLY!r}")
+    parser.add_argument("--no-all-columns", dest="all_columns", action="store_false",
+                        help="skip the secondary Spark query with the default schema (all nine base columns)")
     parser.add_argument("--no-file-root-option", dest="file_root_option", action="store_false",
                         help="do not pass the data source option fileRoot (the broker's --broker.file-root)")
     parser.add_argument("--profile-partition", action="store_true",
