@@ -16,7 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from uuid import UUID
 
-from consumer.message import ZERO_UUID, Envelope, Flags, QueueOutcome, Sequencer, get_flags, get_producer_id
+from consumer.message import (
+    ZERO_UUID,
+    Envelope,
+    Flags,
+    QueueOutcome,
+    Sequencer,
+    clock_unix_ns,
+    get_clock,
+    get_flags,
+    get_producer_id,
+)
 
 RING = 1 << 16
 """Sequencer ring size: a committed sequence larger than this is re-read (replayed) from the journal."""
@@ -43,6 +53,8 @@ class CommittedFilter:
         self._seq = Sequencer({journal: begin}, buffer=RING)
         self.open: dict[bytes, int] = {}
         """Producer -> offset of the first message of its open transaction."""
+        self.last_clock: dict[bytes, int] = {}
+        """Producer -> wall time (unix ns) of the last message of its open transaction."""
         self.committed: set[int] = set()
         """Offsets (in [begin, end)) of committed, non-ACK messages not yet taken."""
 
@@ -55,6 +67,9 @@ class CommittedFilter:
             self.open[producer] = offset
         elif outcome in _SETTLES and env.uuid != ZERO_UUID:
             self.open.pop(producer, None)
+            self.last_clock.pop(producer, None)
+        if producer in self.open and env.uuid != ZERO_UUID:
+            self.last_clock[producer] = clock_unix_ns(get_clock(env.uuid))
         if outcome.needs_replay:
             rng = self._seq.replay_range()
             self._seq.start_replay(iter(self._replay(rng.begin, rng.end)))
@@ -65,9 +80,18 @@ class CommittedFilter:
                 if get_flags(done.uuid) != Flags.ACK_TXN and self.begin <= done.begin < self.end:
                     self.committed.add(done.begin)
 
-    def settled_before(self) -> int:
-        """Every message before this offset is decided (committed or not)."""
-        return min(self.open.values(), default=1 << 62)
+    def settled_before(self, abandoned_before_ns: int | None = None) -> int:
+        """Every message before this offset is decided (committed or not).
+
+        Transactions whose last message is older than `abandoned_before_ns` (unix ns) are taken
+        as abandoned (a producer that died without an ACK or a rollback) and do not hold it back.
+        """
+        cutoff = abandoned_before_ns
+
+        def live(producer: bytes) -> bool:
+            return cutoff is None or self.last_clock.get(producer, cutoff) >= cutoff
+
+        return min((begin for producer, begin in self.open.items() if live(producer)), default=1 << 62)
 
     def pending_inside(self) -> bool:
         """Whether a transaction that began inside the partition is still open."""

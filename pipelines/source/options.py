@@ -25,7 +25,7 @@ ISOLATIONS = ("read_committed", "read_uncommitted")
 
 KNOWN = (
     "broker", "selector", "startingOffsets", "endingOffsets", "startingTimestamp", "framing",
-    "failOnDataLoss", "maxBytesPerTrigger", "isolation", "parse", "fileRoot", "signatureTTL",
+    "failOnDataLoss", "maxBytesPerTrigger", "isolation", "parse", "fileRoot", "signatureTTL", "transactionTimeout",
 )
 """Every option of the source, as documented (Spark compares option names case-insensitively)."""
 _BY_LOWER = {name.lower(): name for name in KNOWN}
@@ -57,6 +57,8 @@ class SourceOptions:
     parse: str | None = None
     file_root: str | None = None
     signature_ttl: float = 3600.0
+    transaction_timeout: float = 600.0
+    """Streaming read-committed: seconds after its last message that an open transaction is abandoned."""
 
     @property
     def read_committed(self) -> bool:
@@ -180,8 +182,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
     if "signaturettl" in opts:
         ttl = float(_positive_int("signatureTTL", opts["signaturettl"]))
 
+    timeout = 600.0
+    if "transactiontimeout" in opts:
+        if not streaming:
+            raise GazetteOptionError("transactionTimeout: only streaming reads take it")
+        timeout = float(_positive_int("transactionTimeout", opts["transactiontimeout"]))
+
     return SourceOptions(
         broker=broker, selector=selector, starting=starting, ending=ending, starting_timestamp_ms=starting_ts,
         framing=framing, fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         max_bytes_per_trigger=max_bytes, isolation=isolation, parse=parse, file_root=file_root, signature_ttl=ttl,
+        transaction_timeout=timeout,
     )

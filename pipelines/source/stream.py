@@ -14,7 +14,9 @@ transaction, or the transaction's messages before the end would be dropped by th
 committed) and never read by the next. So the driver runs a Sequencer over each journal's new
 bytes (json and csv framings only; through the broker) and ends the journal's range at the
 *stable end*: the offset of the first message of the oldest transaction still open at the end,
-or the end itself when none is open (journals whose first new message carries no UUID are not
+or the end itself when none is open; a transaction whose last message is older than
+`transactionTimeout` (600 s) counts as abandoned (its producer died without an ACK or a
+rollback) and no longer holds the end back (journals whose first new message carries no UUID are not
 scanned: a journal carries UUIDs in every message or in none). The next batch re-reads from
 there with an empty Sequencer, which is exact: every transaction open at a later end began at
 or after the stable end. Executors then settle transactions open at a partition's end by reading on to the write head.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -171,7 +174,8 @@ class GazetteStreamReader(DataSourceStreamReader):
 
             await asyncio.to_thread(sequence)
             scan.to = end
-        return max(start, min(end, scan.filter.settled_before()))
+        abandoned_before = time.time_ns() - int(self.opts.transaction_timeout * 1e9)
+        return max(start, min(end, scan.filter.settled_before(abandoned_before)))
 
     def _carries_uuids(self, info: JournalInfo, begin: int, end: int) -> bool:
         """Whether the message at `begin` carries a UUID (read through the broker, up to its first newline)."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow as pa
 import pytest
 
-from consumer.message import Flags, build_uuid, get_clock, new_producer_id
+from consumer.message import Flags, build_uuid, clock_at, get_clock, new_producer_id
 from pipelines.source.committed import CommittedFilter
 from pipelines.source.options import GazetteOptionError, parse_options
 from pipelines.source.planning import GazettePartition, JournalInfo
@@ -128,3 +129,23 @@ def test_plan_range_clips_overlaps_and_reports_gaps() -> None:
     assert plan_range(info, frags[:2], 100, 500, timed_all := parse_options(  # type: ignore[arg-type]
         {"selector": "aa=bb", "broker": "http://b:1", "startingTimestamp": "99000"})) == []
     assert [(p.begin, p.end) for p in plan_range(info, frags[:2], 100, 700, timed_all)] == [(500, 700)]  # type: ignore[arg-type]
+
+
+def test_abandoned_transactions_stop_holding_the_stable_end_back() -> None:
+    now = time.time_ns()
+    old, live = new_producer_id(), new_producer_id()
+    flt = CommittedFilter("j", 0, 1000, lambda begin, end: [])
+    # A producer that died 20 minutes ago in the middle of a transaction, then one that is live.
+    flt.feed(0, 50, build_uuid(old, clock_at(now - 20 * 60 * 10**9), Flags.CONTINUE_TXN))
+    flt.feed(50, 100, build_uuid(live, clock_at(now), Flags.OUTSIDE_TXN))
+    flt.feed(100, 150, build_uuid(live, clock_at(now) + 1, Flags.CONTINUE_TXN))
+    assert flt.settled_before() == 0  # Without a timeout the dead producer holds everything back.
+    assert flt.settled_before(now - 10 * 60 * 10**9) == 100  # Abandoned after 10 minutes: the live one rules.
+    flt.feed(150, 200, build_uuid(live, clock_at(now) + 2, Flags.ACK_TXN))
+    assert flt.settled_before(now - 10 * 60 * 10**9) == 1 << 62
+
+
+def test_transaction_timeout_is_a_streaming_option() -> None:
+    assert parse_options({"selector": "app=x", "transactionTimeout": "30"}, streaming=True).transaction_timeout == 30
+    with pytest.raises(GazetteOptionError, match=r"^transactionTimeout: only streaming reads"):
+        parse_options({"selector": "app=x", "transactionTimeout": "30"}, streaming=False)
