@@ -139,9 +139,9 @@ class Settings:
     def address(self) -> str:
         return self.target.address
 
-    def client(self, *, file_root: str | None = None) -> JournalClient:
-        """A JournalClient of the resolved broker. As Gazette's gazctl (no route cache), the broker proxies."""
-        return JournalClient(self.address, file_root=file_root, route_cache=False)
+    def client(self, *, file_root: str | None = None, route_cache: bool = False) -> JournalClient:
+        """A JournalClient of the resolved broker. As Gazette's gazctl, without a route cache the broker proxies."""
+        return JournalClient(self.address, file_root=file_root, route_cache=route_cache)
 
     def run(self, work: Callable[[JournalClient], Awaitable[T]], *, file_root: str | None = None) -> T:
         """Run `work` with a client in a fresh event loop, closing the client after; return its result."""

@@ -13,7 +13,6 @@ from typing import Annotated, BinaryIO
 import typer
 from rich.progress import Progress
 
-from broker.client import JournalClient
 from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
@@ -139,7 +138,7 @@ async def _read(
 ) -> dict[str, int]:
     """Check --offsets, move it aside if it is also --offsets-out, then read; return the offsets reached."""
     # Reading fragments directly (do_not_proxy) needs each journal's route: a broker outside it would refuse.
-    async with JournalClient(settings.address, file_root=file_root, route_cache=file_root is not None) as client:
+    async with settings.client(file_root=file_root, route_cache=file_root is not None) as client:
         if offsets is not None:
             await check_journals_exist(client, options.begin_offsets, offsets)
             if offsets_out is not None and Path(offsets).resolve() == Path(offsets_out).resolve():
