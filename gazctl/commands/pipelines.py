@@ -32,7 +32,7 @@ from gazctl.commands.common import (
     setup,
     stdout_console,
 )
-from gazctl.errors import SpecError
+from gazctl.errors import GazctlError, SpecError
 from pipelines.definitions.load import check_run_flags, find, load_dir
 from pipelines.definitions.model import Pipeline
 
@@ -138,7 +138,12 @@ def run_command(
         settings = setup(ctx, broker_address, log_level, log_format)
         pipeline = find(directory, name)
         check_run_flags(pipeline, once=once, stream=stream)
-        from pipelines.definitions.run import run  # PySpark loads only once a valid pipeline is to run.
+        try:
+            from pipelines.definitions.run import run  # PySpark loads only once a valid pipeline is to run.
+        except ImportError as missing:
+            raise GazctlError(
+                f"running pipelines needs PySpark and pyarrow ({missing}): pip install 'gazette-py[spark]'"
+            ) from None
 
         err = Console(file=sys.stderr, highlight=False)
         spark = _spark(pipeline, master, settings.log_level.value)
