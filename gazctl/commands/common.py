@@ -3,7 +3,8 @@
 
 The shared options are accepted both before the command (`gazctl --log.level debug journals
 list`) and after it, as Gazette's gazctl takes them (`gazctl journals list --log.level debug`);
-the later one wins. Then `$LOG_LEVEL` / `$LOG_FORMAT`, then the defaults (`warn`, `text`).
+the later one wins. Then `$LOG_LEVEL` / `$LOG_FORMAT`, then `[Log] Level` / `Format` of the
+first gazctl.ini found, then the defaults (`warn`, `text`).
 """
 
 from __future__ import annotations
