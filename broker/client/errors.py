@@ -16,12 +16,14 @@ from broker.protocol import pb
 
 
 class ClientError(Exception):
-    """Base of every client error. `journal` is "" and `offset` None when not applicable."""
+    """Base of every client error. `journal` is "" and `offset` None when not applicable; `detail`
+    adds context the failed operation knows (e.g. what earlier steps of it did)."""
 
-    def __init__(self, message: str, *, journal: str = "", offset: int | None = None) -> None:
+    def __init__(self, message: str, *, journal: str = "", offset: int | None = None, detail: str = "") -> None:
         self.message = message
         self.journal = journal
         self.offset = offset
+        self.detail = detail
         super().__init__(self._text())
 
     def _text(self) -> str:
@@ -30,7 +32,8 @@ class ClientError(Exception):
             where.append(f"journal {self.journal}")
         if self.offset is not None:
             where.append(f"offset {self.offset}")
-        return f"{self.message} ({', '.join(where)})" if where else self.message
+        text = f"{self.message} ({', '.join(where)})" if where else self.message
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 class ConfigError(ClientError):
@@ -45,21 +48,27 @@ class TransportError(ClientError):
     """A gRPC call failed (broker unreachable, stream reset, deadline, ...); `code` is the gRPC status code."""
 
     def __init__(
-        self, message: str, *, code: grpc.StatusCode | None = None, journal: str = "", offset: int | None = None
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        journal: str = "",
+        offset: int | None = None,
+        detail: str = "",
     ) -> None:
         self.code = code
-        super().__init__(message, journal=journal, offset=offset)
+        super().__init__(message, journal=journal, offset=offset, detail=detail)
 
     @classmethod
     def from_rpc_error(
-        cls, err: BaseException, *, endpoint: str = "", journal: str = "", offset: int | None = None
+        cls, err: BaseException, *, endpoint: str = "", journal: str = "", offset: int | None = None, detail: str = ""
     ) -> TransportError:
         """Wrap a grpc error (or any exception of a failed call)."""
         code = err.code() if isinstance(err, grpc.aio.AioRpcError | grpc.Call) else None
         details = err.details() if isinstance(err, grpc.aio.AioRpcError | grpc.Call) else str(err)
         name = code.name if code is not None else type(err).__name__
         at = f"broker {endpoint}: " if endpoint else ""
-        return cls(f"{at}{name}: {details}", code=code, journal=journal, offset=offset)
+        return cls(f"{at}{name}: {details}", code=code, journal=journal, offset=offset, detail=detail)
 
 
 class AppendOutcomeUnknown(TransportError):
@@ -106,9 +115,13 @@ class StatusError(ClientError):
 
     status: ClassVar[int]
 
-    def __init__(self, *, journal: str = "", offset: int | None = None, response: Any = None) -> None:
+    def __init__(
+        self, *, journal: str = "", offset: int | None = None, response: Any = None, detail: str = ""
+    ) -> None:
         self.response = response
-        super().__init__(pb.Status.Name(self.status), journal=journal, offset=offset)  # type: ignore[arg-type]
+        super().__init__(
+            pb.Status.Name(self.status), journal=journal, offset=offset, detail=detail  # type: ignore[arg-type]
+        )
 
 
 class JournalNotFound(StatusError):
@@ -182,10 +195,12 @@ STATUS_ERRORS: dict[int, type[StatusError]] = {
 """The StatusError subclass of each non-OK status."""
 
 
-def status_error(status: int, *, journal: str = "", offset: int | None = None, response: Any = None) -> StatusError:
+def status_error(
+    status: int, *, journal: str = "", offset: int | None = None, response: Any = None, detail: str = ""
+) -> StatusError:
     """The StatusError of non-OK `status`; a status unknown to this client raises ProtocolError."""
     try:
         cls = STATUS_ERRORS[status]
     except KeyError:
-        raise ProtocolError(f"unknown status {status}", journal=journal, offset=offset) from None
-    return cls(journal=journal, offset=offset, response=response)
+        raise ProtocolError(f"unknown status {status}", journal=journal, offset=offset, detail=detail) from None
+    return cls(journal=journal, offset=offset, response=response, detail=detail)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -121,24 +121,39 @@ async def watch_journals(
         attempt += 1
 
 
+def apply_transactions(changes: int, max_txn_size: int) -> int:
+    """How many transactions `apply_journals` uses for `changes` changes."""
+    return -(-changes // max_txn_size) if max_txn_size > 0 and changes else 1
+
+
 async def apply_journals(
-    client: JournalClient, changes: Sequence[pb.ApplyRequest.Change], *, max_txn_size: int = 0
+    client: JournalClient,
+    changes: Sequence[pb.ApplyRequest.Change],
+    *,
+    max_txn_size: int = 0,
+    on_applied: Callable[[int, int], None] | None = None,
 ) -> pb.ApplyResponse:
     """Apply `changes` as one transaction, or in transactions of `max_txn_size` (if > 0); return the last reply.
 
-    A failed transaction raises its StatusError (e.g. EtcdTransactionFailed); the batches before
-    it stay applied.
+    `on_applied(done, total)` is called after each transaction with the changes applied so far.
+    A failed transaction raises its StatusError (e.g. EtcdTransactionFailed) or TransportError;
+    the transactions before it stay applied, and the error's `detail` says how many changes they held.
     """
     size = max_txn_size if max_txn_size > 0 else max(len(changes), 1)
     resp = pb.ApplyResponse()
     endpoint = client.address
     for begin in range(0, len(changes), size):
+        batch = changes[begin : begin + size]
+        earlier = f"{begin} of {len(changes)} changes were applied by earlier transactions" if begin else ""
         try:
-            resp = await client.stub(endpoint).Apply(pb.ApplyRequest(changes=changes[begin : begin + size]))
+            resp = await client.stub(endpoint).Apply(pb.ApplyRequest(changes=batch))
         except grpc.aio.AioRpcError as exc:
-            raise _transport_error(exc, endpoint) from exc
+            raise TransportError.from_rpc_error(exc, endpoint=endpoint, detail=earlier) from exc
         if resp.status != pb.OK:
-            raise status_error(resp.status, response=resp)
+            raise status_error(resp.status, response=resp, detail=earlier)
+        log.debug("applied batch", extra={"changes": len(batch), "revision": resp.header.etcd.revision})
+        if on_applied is not None:
+            on_applied(begin + len(batch), len(changes))
     return resp
 
 

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from broker.client import apply_transactions
 from broker.protocol import pb
 from gazctl.commands.common import (
     BrokerAddressOption,
@@ -186,12 +187,19 @@ def sync_command(
             if dry_run and detailed_exitcode and plan.changes:
                 raise typer.Exit(EXIT_CHANGES)
             return
-        groups = sync.batches(plan, max_txn_size)
-        if len(groups) > 1:
-            _stderr(f"Applying {len(plan.changes)} changes in {len(groups)} transactions of at most {max_txn_size};"
+        transactions = apply_transactions(len(plan.changes), max_txn_size)
+        if transactions > 1:
+            _stderr(f"Applying {len(plan.changes)} changes in {transactions} transactions of at most {max_txn_size};"
                     " a failed transaction leaves the earlier ones applied.")
-        revision = settings.run(lambda client: sync.apply_plan(
-            client, plan, max_txn_size, lambda i, n: _stderr(f"Applied transaction {i} of {n}.") if n > 1 else None))
+        applied = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal applied
+            applied += 1
+            if transactions > 1:
+                _stderr(f"Applied transaction {applied} of {transactions}.")
+
+        revision = settings.run(lambda client: sync.apply_plan(client, plan, max_txn_size, progress))
         s = plan.summary()
         commit = f" from commit {plan.commit}" if plan.commit else ""
         _stderr(f"Applied{commit} at etcd revision {revision}: {s['create']} created, {s['update']} updated,"

@@ -130,6 +130,14 @@ def test_apply_in_batches(broker: BrokerProcess) -> None:
     assert done.stderr.count("applied batch") == 3
     assert len(_listed(broker, "prefix=batch/").journals) == 7
 
+    # Three new journals, then the seven again (which exist, so revision 0 fails): the first
+    # transaction applies, the second fails and says what the first applied.
+    more = "".join(f"- name: batch/a{i}\n" for i in range(3)) + children
+    failed = _apply(broker, f"name: batch/\n{SMALL}children:\n{more}", "--max-txn-size", "3")
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
+    assert "ETCD_TRANSACTION_FAILED (3 of 10 changes were applied by earlier transactions)" in failed.stderr
+    assert len(_listed(broker, "prefix=batch/").journals) == 10
+
 
 def test_list_watch_prints_each_change(broker: BrokerProcess) -> None:
     tree = f"name: watched/a\n{SMALL}"

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from google.protobuf import text_format
 
-from broker.client import ClientError, JournalClient, apply_journals, list_journals, watch_journals
+from broker.client import JournalClient, apply_journals, list_journals, watch_journals
 from broker.protocol import pb
 from gazctl.commands.common import (
     BrokerAddressOption,
@@ -196,23 +196,8 @@ def _apply(settings: Settings, changes: list[pb.ApplyRequest.Change], max_txn_si
     """Apply `changes` (see `apply`); return the etcd revision of the last transaction."""
     if not changes:
         raise GazctlError("the spec tree has no journals to apply")
-    size = max_txn_size or len(changes)
-
-    async def apply_batches(client: JournalClient) -> int:
-        revision = 0
-        for begin in range(0, len(changes), size):
-            batch = changes[begin : begin + size]
-            try:
-                resp = await apply_journals(client, batch)
-            except ClientError as err:
-                if begin:
-                    err.args = (f"{err} ({begin} of {len(changes)} changes were applied by earlier batches)",)
-                raise
-            revision = resp.header.etcd.revision
-            log.debug("applied batch", extra={"changes": len(batch), "revision": revision})
-        return revision
-
-    return settings.run(apply_batches)
+    resp = settings.run(lambda client: apply_journals(client, changes, max_txn_size=max_txn_size))
+    return int(resp.header.etcd.revision)
 
 
 def _read_specs(specs: str) -> tuple[str, str]:

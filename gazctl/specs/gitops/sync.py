@@ -27,34 +27,32 @@ async def cluster_journals(client: JournalClient) -> list[pb.ListResponse.Journa
     return list((await list_journals(client)).journals)
 
 
-def batches(plan: Plan, max_txn_size: int) -> list[list[pb.ApplyRequest.Change]]:
-    """The plan's changes in transactions: one, or of at most `max_txn_size` changes each."""
-    changes = [c.to_apply() for c in plan.changes]
-    size = max_txn_size if max_txn_size > 0 else max(len(changes), 1)
-    return [changes[i : i + size] for i in range(0, len(changes), size)]
-
-
 async def apply_plan(
-    client: JournalClient, plan: Plan, max_txn_size: int = 0, on_batch: Callable[[int, int], None] | None = None
+    client: JournalClient, plan: Plan, max_txn_size: int = 0, on_applied: Callable[[int, int], None] | None = None
 ) -> int:
-    """Apply `plan`; return the etcd revision of the last transaction. StalePlan if the cluster moved."""
-    groups = batches(plan, max_txn_size)
-    revision = 0
+    """Apply `plan`; return the etcd revision of the last transaction. StalePlan if the cluster moved.
+
+    `on_applied(done, total)` follows each transaction (see `broker.client.apply_journals`).
+    """
     applied = 0
-    for i, group in enumerate(groups):
-        try:
-            resp = await apply_journals(client, group)
-        except EtcdTransactionFailed:
-            earlier = f"; the {applied} changes of earlier batches stay applied" if applied else ""
-            raise StalePlan(
-                f"the cluster changed since the plan was made: a planned journal was created, changed or deleted"
-                f" by someone else. Nothing of this transaction was applied{earlier}; plan again and retry"
-            ) from None
-        revision = resp.header.etcd.revision
-        applied += len(group)
-        if on_batch is not None:
-            on_batch(i + 1, len(groups))
-    return revision
+
+    def count(done: int, total: int) -> None:
+        nonlocal applied
+        applied = done
+        if on_applied is not None:
+            on_applied(done, total)
+
+    try:
+        resp = await apply_journals(
+            client, [c.to_apply() for c in plan.changes], max_txn_size=max_txn_size, on_applied=count
+        )
+    except EtcdTransactionFailed:
+        earlier = f"; the {applied} changes of earlier batches stay applied" if applied else ""
+        raise StalePlan(
+            f"the cluster changed since the plan was made: a planned journal was created, changed or deleted"
+            f" by someone else. Nothing of this transaction was applied{earlier}; plan again and retry"
+        ) from None
+    return int(resp.header.etcd.revision)
 
 
 @dataclass(frozen=True)
