@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -96,6 +101,34 @@ class BrokerProcess:
         return channel, pb_grpc.JournalStub(channel)
 
 
+@contextmanager
+def serving_broker(tmp: Path, etcd: str, *extra: str, file_root: bool = False) -> Iterator[BrokerProcess]:
+    """A ready broker under a keyspace root of its own (with a `file://` store at `tmp/fragments` if
+    `file_root`); stopped on exit, where any exit status but 0 fails the test with the broker's log."""
+    if file_root:
+        (tmp / "fragments").mkdir(exist_ok=True)
+        extra = ("--broker.file-root", str(tmp / "fragments"), *extra)
+    proc = BrokerProcess(tmp, etcd, f"/test/{uuid.uuid4().hex}", *extra)
+    try:
+        yield proc.wait_ready()
+    finally:
+        rc = proc.stop()
+        assert rc == 0, proc.logs()
+
+
+def append(stub: pb_grpc.JournalStub, journal: str, content: bytes = b"", **params: object) -> pb.AppendResponse:
+    """One Append RPC of `content` (streamed in 1 MiB messages), with `params` set on its first request."""
+
+    def requests() -> Iterator[pb.AppendRequest]:
+        yield pb.AppendRequest(journal=journal, **params)  # type: ignore[arg-type]
+        for i in range(0, len(content), 1 << 20):  # gRPC's default limit is 4 MiB a message.
+            yield pb.AppendRequest(content=content[i : i + (1 << 20)])
+        yield pb.AppendRequest()
+
+    resp: pb.AppendResponse = stub.Append(requests())
+    return resp
+
+
 def journal_spec(name: str, replication: int = 1, **labels: str) -> pb.JournalSpec:
     """A valid spec with the tutorial's settings and no stores."""
     spec = pb.JournalSpec(name=name, replication=replication)
@@ -159,3 +192,40 @@ def gazctl_env(broker: BrokerProcess | None = None, cwd: Path | None = None) -> 
     if broker is not None:
         base["BROKER_ADDRESS"] = broker.url
     return base
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
+    """The error line of a gazctl run that failed with status 1, checked to name each of `expected`."""
+    assert done.returncode == 1, done.stdout
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: "), done.stderr
+    for text in expected:
+        assert text in error, error
+    return error
+
+
+class LineReader:
+    """Collects a child process's output lines on a thread, so a test can wait for one with a timeout."""
+
+    def __init__(self, stream: object) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 20.0) -> str:
+        """The first line matching `pattern` (a regular expression), waiting for it up to `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    if re.search(pattern, line):
+                        return line
+                left = deadline - time.monotonic()
+                assert left > 0, f"no line matching {pattern!r} in {self.lines!r}"
+                self._cond.wait(left)

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
 
 from broker.protocol import pb_grpc
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, serving_broker
 
 
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp: Path = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.file-root", str(tmp / "fragments"))
-    (tmp / "fragments").mkdir()
-    try:
-        yield proc.wait_ready()
-    finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")

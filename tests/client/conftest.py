@@ -3,14 +3,13 @@ and a JournalClient per test."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.client import JournalClient
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, serving_broker
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +21,8 @@ def file_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, file_root: Path) -> Iterator[BrokerProcess]:
-    tmp: Path = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.file-root", str(file_root))
-    try:
-        yield proc.wait_ready()
-    finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, "--broker.file-root", str(file_root)) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from broker.client import JournalClient, RetryReader, append, fragments_request, list_all_fragments
 from broker.protocol import pb
 from tests.client.helpers import metric, new_journal
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, serving_broker
 from tests.s3_harness import MotoServer, use_test_credentials
 
 RECORD = 1500
@@ -31,11 +31,8 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
 def s3_broker(
     etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, moto: MotoServer
 ) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker"), etcd_endpoint, f"/test/{uuid.uuid4().hex}")
-    try:
-        yield proc.wait_ready()
-    finally:
-        assert proc.stop() == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
+        yield proc
 
 
 @pytest.mark.parametrize("codec", [pb.GZIP, pb.GZIP_OFFLOAD_DECOMPRESSION], ids=pb.CompressionCodec.Name)

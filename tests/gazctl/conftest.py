@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from broker.protocol import pb_grpc
+from tests.harness import BrokerProcess, serving_broker
 
 
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker with a `file://` store rooted at `<tmp>/fragments` (`broker.file_root`)."""
-    tmp: Path = tmp_path_factory.mktemp("broker")
-    (tmp / "fragments").mkdir()
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.file-root", str(tmp / "fragments"))
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
+    """A Journal stub of the module's broker."""
+    channel, journal_stub = broker.stub()
     try:
-        yield proc.wait_ready()
+        yield journal_stub
     finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+        channel.close()

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from ruamel.yaml import YAML
 
-from tests.harness import BrokerProcess, gazctl_env, run_gazctl
+from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl
 
 EXAMPLE_SPEC = """\
 name: example/journal
@@ -109,33 +109,6 @@ def table_rows(text: str) -> list[list[str]]:
 def names(done: subprocess.CompletedProcess[str]) -> list[str]:
     assert done.returncode == 0, done.stderr
     return [row[0] for row in table_rows(done.stdout)[1:]]
-
-
-class LineReader:
-    """Collects a child process's output lines on a thread, so a test can wait for one with a timeout."""
-
-    def __init__(self, stream: object) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _pump(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-
-    def wait_for(self, pattern: str, timeout: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    if re.search(pattern, line):
-                        return line
-                left = deadline - time.monotonic()
-                assert left > 0, f"no line matching {pattern!r} in {self.lines!r}"
-                self._cond.wait(left)
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,12 @@ import hashlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 from google.protobuf import text_format
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
+from tests.harness import BrokerProcess, append, apply_specs, journal_spec, one_line_error, run_gazctl, wait_for_primary
 
 CHUNKS = [b"a" * 43, b"b" * 1100, b"c" * 100]
 """Appends: the first is persisted at once (first-write rule), the second rolls at length 1024, the third
@@ -29,7 +28,7 @@ def _spec(name: str, retention: int = 0) -> pb.JournalSpec:
 
 
 def _append(stub: pb_grpc.JournalStub, journal: str, data: bytes) -> None:
-    resp = stub.Append(iter([pb.AppendRequest(journal=journal), pb.AppendRequest(content=data), pb.AppendRequest()]))
+    resp = append(stub, journal, data)
     assert resp.status == pb.OK, resp
 
 
@@ -52,23 +51,6 @@ def _ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[s
     assert done.returncode == 0, done.stderr
     return done
 
-
-def _failed(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    assert done.returncode == 1, done.stdout
-    error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: "), done.stderr
-    for text in expected:
-        assert text in error, error
-    return error
-
-
-@pytest.fixture(scope="module")
-def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
-    channel, journal_stub = broker.stub()
-    try:
-        yield journal_stub
-    finally:
-        channel.close()
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +101,7 @@ def test_url_ttl(broker: BrokerProcess, listed: str) -> None:
     assert urls[0].startswith(f"file:///{listed}/0000000000000000-000000000000002b-")
     assert urls[1].startswith(f"file:///{listed}/000000000000002b-0000000000000477-")
     assert urls[2] == ""
-    _failed(run_gazctl(broker, "journals", "fragments", "--url-ttl", "soon"), "--url-ttl")
+    one_line_error(run_gazctl(broker, "journals", "fragments", "--url-ttl", "soon"), "--url-ttl")
 
 
 def test_from_to(broker: BrokerProcess, listed: str) -> None:
@@ -131,7 +113,7 @@ def test_from_to(broker: BrokerProcess, listed: str) -> None:
     assert begins("--to", future) == ["0", "43"]  # With --to, fragments not yet persisted are left out.
     assert begins("--from", future) == ["1143"]
     assert begins("--from", "1", "--to", "2") == []
-    _failed(run_gazctl(broker, "journals", "fragments", "--from", "5", "--to", "2"), "--to 2 is before --from 5")
+    one_line_error(run_gazctl(broker, "journals", "fragments", "--from", "5", "--to", "2"), "--to 2 is before --from 5")
 
 
 def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
@@ -157,7 +139,7 @@ def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     assert "fragmentsPruned=2" in dry.stderr and "fragmentsKept=2" in dry.stderr
     assert sorted(p.name for p in directory.iterdir()) == before
 
-    _failed(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}"), journal, "--file-root")
+    one_line_error(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}"), journal, "--file-root")
     assert sorted(p.name for p in directory.iterdir()) == before
 
     done = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--file-root", str(broker.file_root)))
@@ -176,5 +158,5 @@ def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     kept = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={keep}", "--file-root", str(broker.file_root)))
     assert kept.stdout == "" and len(list((broker.file_root / keep).iterdir())) == 1
 
-    _failed(run_gazctl(broker, "journals", "prune", "-l", "name=prune/none"), "no journals match")
-    _failed(run_gazctl(broker, "journals", "prune"), "--selector")
+    one_line_error(run_gazctl(broker, "journals", "prune", "-l", "name=prune/none"), "no journals match")
+    one_line_error(run_gazctl(broker, "journals", "prune"), "--selector")

@@ -5,12 +5,9 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
+from tests.harness import BrokerProcess, append, apply_specs, journal_spec, one_line_error, run_gazctl, wait_for_primary
 
 UNREACHABLE_S3 = "s3://nobucket/?endpoint=http%3A%2F%2F127.0.0.1%3A1"
 
@@ -20,12 +17,6 @@ def _spec(name: str) -> pb.JournalSpec:
     spec.fragment.stores.append("file:///")
     spec.fragment.refresh_interval.seconds = 1
     return spec
-
-
-def _append(stub: pb_grpc.JournalStub, journal: str, data: bytes, offset: int = 0) -> pb.AppendResponse:
-    first = pb.AppendRequest(journal=journal, offset=offset)
-    resp: pb.AppendResponse = stub.Append(iter([first, pb.AppendRequest(content=data), pb.AppendRequest()]))
-    return resp
 
 
 def _suspend_level(stub: pb_grpc.JournalStub, journal: str) -> int:
@@ -41,23 +32,6 @@ def _ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stderr
 
 
-def _failed(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    assert done.returncode == 1, done.stdout
-    error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: "), done.stderr
-    for text in expected:
-        assert text in error, error
-    return error
-
-
-@pytest.fixture(scope="module")
-def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
-    channel, journal_stub = broker.stub()
-    try:
-        yield journal_stub
-    finally:
-        channel.close()
-
 
 def _gazctl(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return run_gazctl(broker, "journals", *args, "--log.level", "info")
@@ -66,11 +40,11 @@ def _gazctl(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[st
 def test_reset_head_healthy_journal_is_a_no_op(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     assert apply_specs(stub, _spec("maint/healthy")).status == pb.OK
     wait_for_primary(stub, "maint/healthy")
-    assert _append(stub, "maint/healthy", b"0123456789").status == pb.OK
+    assert append(stub, "maint/healthy", b"0123456789").status == pb.OK
     stderr = _ok(_gazctl(broker, "reset-head", "-l", "name=maint/healthy"))
     assert "reset write head to 10 journal=maint/healthy" in stderr, stderr
-    assert _append(stub, "maint/healthy", b"more").commit.begin == 10
-    _failed(run_gazctl(broker, "journals", "reset-head"), "--selector")
+    assert append(stub, "maint/healthy", b"more").commit.begin == 10
+    one_line_error(run_gazctl(broker, "journals", "reset-head"), "--selector")
 
 
 def test_reset_head_clears_index_has_greater_offset(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
@@ -82,11 +56,11 @@ def test_reset_head_clears_index_has_greater_offset(broker: BrokerProcess, stub:
     (broker.file_root / "maint" / "lost" / name).write_bytes(content)
     assert apply_specs(stub, _spec("maint/lost")).status == pb.OK
     wait_for_primary(stub, "maint/lost")
-    assert _append(stub, "maint/lost", b"refused").status == pb.INDEX_HAS_GREATER_OFFSET
+    assert append(stub, "maint/lost", b"refused").status == pb.INDEX_HAS_GREATER_OFFSET
 
     stderr = _ok(_gazctl(broker, "reset-head", "-l", "name=maint/lost"))
     assert "reset write head to 1000 journal=maint/lost" in stderr, stderr
-    resp = _append(stub, "maint/lost", b"accepted")
+    resp = append(stub, "maint/lost", b"accepted")
     assert resp.status == pb.OK and resp.commit.begin == 1000
 
 
@@ -95,7 +69,7 @@ def test_suspend(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     assert apply_specs(stub, journal_spec("maint/busy"), _spec("maint/idle")).status == pb.OK
     for journal in ("maint/busy", "maint/idle"):
         wait_for_primary(stub, journal)
-    assert _append(stub, "maint/busy", b"not yet persisted").status == pb.OK
+    assert append(stub, "maint/busy", b"not yet persisted").status == pb.OK
 
     # Without --force, a journal with a fragment not yet persisted stays; an empty one suspends fully.
     stderr = _ok(_gazctl(broker, "suspend", "-l", "name in (maint/busy, maint/idle)"))
@@ -116,7 +90,7 @@ def test_suspend(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     # A fully suspended journal has no fragments to list: it is skipped, not an error.
     done = run_gazctl(broker, "journals", "fragments", "-l", "name=maint/idle")
     assert done.returncode == 0 and "maint/idle" not in done.stdout, done.stderr
-    _failed(run_gazctl(broker, "journals", "suspend"), "--selector")
+    one_line_error(run_gazctl(broker, "journals", "suspend"), "--selector")
 
 
 def test_store_health(broker: BrokerProcess) -> None:
@@ -127,9 +101,10 @@ def test_store_health(broker: BrokerProcess) -> None:
     assert done.stdout == "Fragment store file:/// is healthy\n", done.stderr
 
     started = time.monotonic()
-    _failed(run_gazctl(broker, "journals", "store-health", UNREACHABLE_S3), UNREACHABLE_S3, "is unhealthy")
+    one_line_error(run_gazctl(broker, "journals", "store-health", UNREACHABLE_S3), UNREACHABLE_S3, "is unhealthy")
     assert time.monotonic() - started < 30
-    _failed(run_gazctl(broker, "journals", "store-health", "file:///no/such/dir/"), "file:///no/such/dir/", "unhealthy")
-    _failed(run_gazctl(broker, "journals", "store-health", "file:///", "--check-delete-prefix", "no-slash"),
-            "invalid fragment store", "trailing '/'")
-    _failed(run_gazctl(None, "journals", "store-health", "not a url"), "not a url")
+    missing = "file:///no/such/dir/"
+    one_line_error(run_gazctl(broker, "journals", "store-health", missing), missing, "unhealthy")
+    one_line_error(run_gazctl(broker, "journals", "store-health", "file:///", "--check-delete-prefix", "no-slash"),
+                   "invalid fragment store", "trailing '/'")
+    one_line_error(run_gazctl(None, "journals", "store-health", "not a url"), "not a url")

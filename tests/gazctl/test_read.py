@@ -11,24 +11,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, gazctl_env, journal_spec, run_gazctl, wait_for_primary
+from tests.harness import (
+    BrokerProcess,
+    LineReader,
+    append,
+    apply_specs,
+    gazctl_env,
+    journal_spec,
+    run_gazctl,
+    wait_for_primary,
+)
 
 AS = pb.AppendRequest
 
-
-@pytest.fixture(scope="module")
-def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
-    channel, stub = broker.stub()
-    try:
-        yield stub
-    finally:
-        channel.close()
 
 
 def create(stub: pb_grpc.JournalStub, *names: str, stores: bool = False, **labels: str) -> None:
@@ -43,17 +43,6 @@ def create(stub: pb_grpc.JournalStub, *names: str, stores: bool = False, **label
     assert apply_specs(stub, *specs, revision=-1).status == pb.OK  # -1: parametrized tests create again.
     for name in names:
         wait_for_primary(stub, name)
-
-
-def append(stub: pb_grpc.JournalStub, journal: str, content: bytes = b"", **params: object) -> pb.AppendResponse:
-    def requests() -> Iterator[pb.AppendRequest]:
-        yield pb.AppendRequest(journal=journal, **params)  # type: ignore[arg-type]
-        for i in range(0, len(content), 1 << 20):  # gRPC's default limit is 4 MiB a message.
-            yield pb.AppendRequest(content=content[i : i + (1 << 20)])
-        yield pb.AppendRequest()
-
-    resp: pb.AppendResponse = stub.Append(requests())
-    return resp
 
 
 def record(journal: str, n: int, lines: int = 3) -> bytes:
@@ -84,32 +73,6 @@ def appends_of(output: bytes) -> list[tuple[str, int]]:
 def read(broker: BrokerProcess, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     """`gazctl journals read ARGS`, with bytes output."""
     return run_gazctl(broker, "journals", "read", *args, input=b"", cwd=cwd)  # type: ignore[return-value]
-
-
-class Lines:
-    """Collects a child process's stream line by line on a thread, so a test can wait for one."""
-
-    def __init__(self, stream: object) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
-
-    def _pump(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            with self._cond:
-                self.lines.append(line)
-                self._cond.notify_all()
-
-    def wait_for(self, pattern: str, timeout: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    if re.search(pattern, line):
-                        return line
-                left = deadline - time.monotonic()
-                assert left > 0, f"no line matching {pattern!r} in {self.lines!r}"
-                self._cond.wait(left)
 
 
 def pty_read(broker: BrokerProcess, *args: str) -> tuple[subprocess.CompletedProcess[bytes], str]:
@@ -199,7 +162,7 @@ def test_tail_block_streams_new_appends_and_logs_the_resolved_offset(
         broker, "-l", "name=read/tail/j", "--tail", "--block", "--log.level=debug", "--offsets-out", str(offsets)
     )
     try:
-        out, logs = Lines(reader.stdout), Lines(reader.stderr)
+        out, logs = LineReader(reader.stdout), LineReader(reader.stderr)
         logs.wait_for(r"read started .*journal=read/tail/j offset=-1")
         time.sleep(0.3)  # Let the read reach the write head.
         for n in range(3):
@@ -223,7 +186,7 @@ def test_block_follows_journals_created_after_it_started(broker: BrokerProcess, 
     append(stub, "read/late/a", b"a before\n")
     reader = start_reading(broker, "-l", "topic=late", "--block", "--tail", "--log.level=info")
     try:
-        out, logs = Lines(reader.stdout), Lines(reader.stderr)
+        out, logs = LineReader(reader.stdout), LineReader(reader.stderr)
         logs.wait_for(r"read started .*journal=read/late/a")
         create(stub, "read/late/b", topic="late")
         # Appended before the watch may have seen the journal: --tail still reads a new journal whole.

@@ -8,9 +8,7 @@ committed message exactly once, in order per producer, and no rolled-back messag
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +31,7 @@ from consumer.message import (
     read_uncommitted,
 )
 from tests.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.harness import BrokerProcess, journal_spec, serving_broker
 from tests.message.helpers import TestMsg, new_test_msg
 
 NDJSON = "application/x-ndjson"
@@ -41,13 +39,8 @@ NDJSON = "application/x-ndjson"
 
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    tmp: Path = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}")
-    try:
-        yield proc.wait_ready()
-    finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, serving_broker
 from tests.s3_harness import MotoServer, use_test_credentials
 
 
@@ -43,14 +41,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker with a `file://` store rooted at `broker.file_root`."""
-    tmp: Path = tmp_path_factory.mktemp("broker")
-    (tmp / "fragments").mkdir()
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.file-root", str(tmp / "fragments"))
-    try:
-        yield proc.wait_ready()
-    finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +61,5 @@ def s3_broker(
     moto: MotoServer, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     """A broker started after moto's credentials are in the environment, so it can reach `s3://` stores."""
-    tmp: Path = tmp_path_factory.mktemp("s3-broker")
-    proc = BrokerProcess(tmp, etcd_endpoint, f"/test/{uuid.uuid4().hex}")
-    try:
-        yield proc.wait_ready()
-    finally:
-        rc = proc.stop()
-        assert rc == 0, proc.logs()
+    with serving_broker(tmp_path_factory.mktemp("s3-broker"), etcd_endpoint) as proc:
+        yield proc

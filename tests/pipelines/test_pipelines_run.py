@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from broker.protocol import pb, pb_grpc
 from pipelines.definitions import PipelineRunError, find, load_text
 from pipelines.definitions.run import BatchProgress, run
-from tests.harness import ROOT, BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
+from tests.harness import ROOT, BrokerProcess, append, apply_specs, journal_spec, run_gazctl, wait_for_primary
 
 EXAMPLES = ROOT / "examples" / "pipelines"
 DERIVED = "examples/clicks-enriched"
@@ -35,9 +35,8 @@ def spec(name: str, message_type: str, **labels: str) -> pb.JournalSpec:
     )
 
 
-def append(stub: pb_grpc.JournalStub, journal: str, data: bytes) -> None:
-    reqs = [pb.AppendRequest(journal=journal), pb.AppendRequest(content=data), pb.AppendRequest()]
-    resp: pb.AppendResponse = stub.Append(iter(reqs), timeout=30)
+def append_ok(stub: pb_grpc.JournalStub, journal: str, data: bytes) -> None:
+    resp = append(stub, journal, data)
     assert resp.status == pb.OK, resp
 
 
@@ -68,8 +67,8 @@ def journals(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
         for s in specs:
             wait_for_primary(stub, s.name)
         for name, (_, count) in CLICKS.items():
-            append(stub, name, clicks(name, 0, count))
-        append(stub, "views/us/1", clicks("views/us/1", 0, 7))  # Never selected: another message type.
+            append_ok(stub, name, clicks(name, 0, count))
+        append_ok(stub, "views/us/1", clicks("views/us/1", 0, 7))  # Never selected: another message type.
         yield stub
 
 
@@ -107,7 +106,7 @@ def test_stream_example_into_derived_journal(
         assert click["from"] == d["journal"] and d["journal"] in CLICKS
 
     # New clicks, then the same pipeline again: it continues from its checkpoint, nothing repeated.
-    append(journals, "clicks/eu/1", clicks("clicks/eu/1", 4, 2))
+    append_ok(journals, "clicks/eu/1", clicks("clicks/eu/1", 4, 2))
     again = run(spark, pipeline, broker=broker.url, workdir=tmp_path, once=True)
     assert again.rows == 2
     derived = read_lines(spark, broker, DERIVED)
