@@ -8,7 +8,6 @@ from urllib.parse import urlparse
 from broker.stores.base import FragmentStore, StoreConfigError
 from broker.stores.file import FileStore
 from broker.stores.health import StoreHealth
-from broker.stores.s3 import S3Store
 
 SCHEMES = ("file", "s3")
 
@@ -33,6 +32,9 @@ class StoreRegistry:
         if scheme == "file":
             return FileStore(url, self.file_root)
         if scheme == "s3":
+            # boto3 takes ~60 ms to import: only processes that use an s3:// store pay it (gazctl starts faster).
+            from broker.stores.s3 import S3Store
+
             return S3Store(url)
         raise StoreConfigError(
             f"unsupported fragment store scheme {scheme!r} (this broker supports {', '.join(SCHEMES)})", url
