@@ -12,11 +12,13 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
+from broker.in_order import InOrder
 from broker.keyspace import compare_mod, put_op, txn, write_suspend
 from broker.pipeline import THREADED_APPLY_MIN, Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
@@ -30,6 +32,9 @@ AS = pb.AppendRequest
 LEVEL = pb.JournalSpec.Suspend
 # How long an append waits for etcd to reflect a change it made (resume, assignment update).
 SETTLE_TIMEOUT = 10.0
+LANDING_BYTES = 8 << 20
+"""Content of one append that may still be landing (written to the spool, hashed) while more of
+it is received: enough to keep the spool's worker thread busy, little enough to buffer."""
 DAY = 86400
 
 
@@ -289,8 +294,20 @@ class Append:
         digest = hashlib.sha1()
         begin = spool.fragment.end
         committed = False
-        # The previous chunk's spool write and hashing, left running while the next chunk arrives.
-        in_flight: asyncio.Future[Any] | None = None
+        # Large chunks still being written to the spool and hashed while the next ones arrive.
+        landing: deque[tuple[asyncio.Future[Any], int]] = deque()
+        landing_bytes = 0
+        digesting = InOrder()  # The commit's SHA-1 over large chunks, in a worker thread.
+
+        async def land(limit: int) -> None:
+            """Wait for landing chunks, oldest first, until at most `limit` bytes are still landing."""
+            nonlocal landing_bytes
+            while landing and landing_bytes > limit:
+                done, size = landing[0]
+                await done
+                landing.popleft()
+                landing_bytes -= size
+
         try:
             roll = maybe_roll_fragment(spool, self.roll_to, replica.spec.fragment)
             if not spec_equal(roll, spool.fragment.spec):
@@ -300,12 +317,10 @@ class Append:
                 begin = spool.fragment.end
             bucket = self.state.bucket(res.spec)
             async for content in chunks:
-                if in_flight is not None:
-                    await in_flight
-                    in_flight = None
                 if not writable(res.spec) or req.suspend in (
                     AS.SUSPEND_IF_FLUSHED, AS.SUSPEND_NOW, AS.SUSPEND_KEEP
                 ):
+                    await land(0)
                     await self._rollback()
                     committed = True  # Rolled back already.
                     self._finish(pb.NOT_ALLOWED, res.header)
@@ -314,16 +329,18 @@ class Append:
                 total_chunks += 1
                 if await bucket.take(len(content)):
                     delayed_chunks += 1
-                scattered = pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
+                replicate = pb.ReplicateRequest(content=content, content_delta=total)
                 if len(content) >= THREADED_APPLY_MIN:
-                    in_flight = asyncio.gather(scattered, asyncio.to_thread(digest.update, content))
+                    await land(LANDING_BYTES - len(content))
+                    local = await pipeline.scatter_content(replicate)
+                    landing.append((asyncio.gather(local, digesting.submit(digest.update, content)), len(content)))
+                    landing_bytes += len(content)
                 else:
-                    await scattered
+                    await land(0)
+                    await pipeline.scatter(replicate)
                     digest.update(content)
                 total += len(content)
-            if in_flight is not None:
-                await in_flight
-                in_flight = None
+            await land(0)
 
             modifies = bool(req.union_registers.labels or req.subtract_registers.labels)
             if modifies and total == 0:
@@ -339,9 +356,8 @@ class Append:
             await pipeline.gather_ok()
             committed = True
         except BaseException:
-            if in_flight is not None:
-                # Let the last chunk land before rolling it back: the spool applies in order.
-                await asyncio.gather(in_flight, return_exceptions=True)
+            # Let landing chunks land before rolling them back: the spool applies in order.
+            await asyncio.gather(*(done for done, _ in landing), return_exceptions=True)
             if not committed:
                 await self._rollback()
             raise

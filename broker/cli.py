@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from broker import logs
+from broker.malloc import keep_freed_memory
 from broker.server import Broker, BrokerConfig
 
 app = typer.Typer(
@@ -98,6 +99,7 @@ def serve(
         raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
                                  param_hint="--log.level")
     logs.configure(log_level, log_format.value)
+    keep_freed_memory()
     config = BrokerConfig(
         zone=zone, id=broker_id or _two_words(), host=host or socket.gethostname(), port=port, bind=bind,
         limit=limit, file_root=file_root, max_append_rate=max_append_rate, min_append_rate=min_append_rate,

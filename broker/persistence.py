@@ -36,13 +36,12 @@ class FragmentPersistence:
         self,
         registry: StoreRegistry,
         keyspace: KeySpace,
-        spool_dir: str | None,
         replica_of: Callable[[str], Replica | None],
     ) -> None:
         self.registry = registry
         self._replica_of = replica_of
         self.persister = Persister(
-            registry, spool_dir, self._on_persisted, journal_exists=lambda j: j in keyspace.journals
+            registry, self._on_persisted, journal_exists=lambda j: j in keyspace.journals
         )
 
     # --- Persisting -------------------------------------------------------------------------

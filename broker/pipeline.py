@@ -13,6 +13,7 @@ import grpc
 
 from broker.errors import PipelineError
 from broker.fragment import Spool
+from broker.in_order import InOrder
 from broker.peers import PeerDialer
 from broker.protocol import pb
 
@@ -45,6 +46,7 @@ class Pipeline:
         self._dialer = dialer
         self._streams: list[tuple[pb.ProcessSpec.ID, grpc.aio.StreamStreamCall]] = []
         self._sent_first = False
+        self._local = InOrder()  # Spool writes of large content, in worker threads.
         self.broken: Exception | None = None
 
     @property
@@ -70,16 +72,33 @@ class Pipeline:
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Send `req` to every peer and apply it to the local spool; returns the local response."""
         if len(req.content) < THREADED_APPLY_MIN:
+            await self._local.settle()  # Content applied in threads lands first.
             await self._send(req)
             return self.spool.apply(req)
-        # Writing and hashing a large chunk release the GIL: overlap them with the event loop.
-        local = asyncio.ensure_future(asyncio.to_thread(self.spool.apply, req))
+        local = await self.scatter_content(req)
+        try:
+            return await local
+        finally:
+            await self._local.settle()
+
+    async def scatter_content(self, req: pb.ReplicateRequest) -> asyncio.Future[pb.ReplicateResponse]:
+        """Send large content to every peer, and start applying it to the local spool in a worker
+        thread after any earlier such content; the returned future is done once it has landed.
+
+        Writing and hashing a chunk release the GIL: the event loop meanwhile receives the next
+        one. Call `settle()` before acting on a failure, so that the spool is quiet.
+        """
+        local = self._local.submit(self.spool.apply, req)
         try:
             await self._send(req)
         except BaseException:
-            await asyncio.gather(local, return_exceptions=True)  # The spool settles before any rollback.
+            await self._local.settle()  # The spool settles before any rollback.
             raise
-        return await local
+        return local
+
+    async def settle(self) -> None:
+        """Wait until content applied in worker threads has landed in the local spool."""
+        await self._local.settle()
 
     async def _send(self, req: pb.ReplicateRequest) -> None:
         for member, call in self._streams:

@@ -105,7 +105,7 @@ class Broker:
         cfg.port = self.listener.port
 
         self.persistence = FragmentPersistence(
-            StoreRegistry(cfg.file_root), self.keyspace, str(self.spool_dir),
+            StoreRegistry(cfg.file_root), self.keyspace,
             replica_of=lambda journal: self.resolver.replicas.get(journal),
         )
         self.resolver = Resolver(self.keyspace, self.local_id, self._new_replica)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from broker.fragment.errors import SpoolIOError
 from broker.fragment.sums import digest_of
@@ -19,10 +21,11 @@ class SpoolFile:
     """
 
     def __init__(self, directory: str | None = None) -> None:
+        directory = directory or tempfile.gettempdir()
         try:
-            self._file = tempfile.TemporaryFile(dir=directory)
+            self._file = _linkable_temporary_file(directory)
         except OSError as err:
-            raise SpoolIOError(f"creating spool file in {directory or tempfile.gettempdir()}: {err}") from err
+            raise SpoolIOError(f"creating spool file in {directory}: {err}") from err
 
     def write_at(self, pos: int, data: bytes | memoryview) -> None:
         """Write all of `data` at byte `pos`."""
@@ -52,6 +55,24 @@ class SpoolFile:
         """Return the file descriptor, e.g. to stream the file to a store."""
         return self._file.fileno()
 
+    def link(self, target: str, length: int) -> None:
+        """Give the file's first `length` bytes the name `target`, durably, without copying them.
+
+        Only for content that no longer changes. Raises OSError where the file cannot be linked:
+        another filesystem, or a platform without O_TMPFILE.
+        """
+        fd = self._file.fileno()
+        if os.fstat(fd).st_size > length:
+            os.ftruncate(fd, length)  # Drop rolled-back bytes past the fragment's end.
+        os.fsync(fd)
+        # linkat(2) through /proc with AT_SYMLINK_FOLLOW names the open file itself; plain link(2),
+        # which os.link uses without a directory descriptor, would link the /proc symlink.
+        proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(str(fd), target, src_dir_fd=proc, follow_symlinks=True)
+        finally:
+            os.close(proc)
+
     @property
     def closed(self) -> bool:
         """Whether close() was called."""
@@ -60,6 +81,20 @@ class SpoolFile:
     def close(self) -> None:
         """Close the file, releasing its disk space."""
         self._file.close()
+
+
+def _linkable_temporary_file(directory: str) -> BinaryIO:
+    """An unnamed file in `directory` that `link` can name later: O_TMPFILE without O_EXCL."""
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        try:
+            return os.fdopen(os.open(directory, tmpfile | os.O_RDWR, 0o600), "w+b")
+        except IsADirectoryError:
+            pass  # Linux without O_TMPFILE support in this filesystem: it opened the directory.
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    return tempfile.TemporaryFile(dir=directory)
 
 
 @dataclass(eq=False)

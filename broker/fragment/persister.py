@@ -47,12 +47,10 @@ class Persister:
     def __init__(
         self,
         registry: StoreRegistry,
-        spool_dir: str | None,
         on_persisted: OnPersisted,
         journal_exists: JournalExists = lambda _journal: True,
     ) -> None:
         self._registry = registry
-        self._spool_dir = spool_dir
         self._on_persisted = on_persisted
         self._journal_exists = journal_exists
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -114,7 +112,7 @@ class Persister:
             try:
                 async with self._slots:
                     store = self._registry.get(url)
-                    uploaded = await persist(job.fragment, store, self._spool_dir)
+                    uploaded = await persist(job.fragment, store)
             except (StoreError, OSError) as exc:
                 job.attempts += 1
                 job.last_error = str(exc)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
-import tempfile
 from collections.abc import AsyncIterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 from broker.fragment.codecs import CodecError, compressor, decompressor
 from broker.fragment.cover_set import CoverSet
@@ -14,7 +14,7 @@ from broker.fragment.errors import FragmentError, FragmentNameError
 from broker.fragment.fragment import Fragment
 from broker.fragment.names import content_path, parse_fragment_from_relative_path
 from broker.protocol import pb
-from broker.stores import FragmentStore
+from broker.stores import AdoptingStore, FragmentStore
 
 log = logging.getLogger(__name__)
 
@@ -26,35 +26,80 @@ def content_encoding(codec: int) -> str:
     return "gzip" if codec == pb.GZIP_OFFLOAD_DECOMPRESSION else ""
 
 
-def write_compressed(fragment: Fragment, out: BinaryIO) -> int:
-    """Write `fragment`'s spool content to `out`, compressed by its codec; return the bytes written.
+class CompressedContent(io.RawIOBase):
+    """A completed fragment's spool content, compressed by its codec as it is read.
 
-    Blocking: run it in a thread.
+    A store uploads it like a file, so persisting needs no staging copy. Blocking: read it in a
+    thread.
     """
-    assert fragment.file is not None, f"{fragment!r} has no spool file"
-    comp = compressor(fragment.spec.compression_codec)
-    written = 0
-    for pos in range(0, fragment.content_length, COPY_CHUNK):
-        data = fragment.file.read_at(pos, min(COPY_CHUNK, fragment.content_length - pos))
-        if len(data) == 0:
-            raise FragmentError(f"spool file of {fragment!r} ends early at {pos}", journal=fragment.spec.journal)
-        written += out.write(comp.compress(data))
-    written += out.write(comp.finish())
-    return written
+
+    def __init__(self, fragment: Fragment) -> None:
+        assert fragment.file is not None, f"{fragment!r} has no spool file"
+        self._fragment = fragment
+        self._file = fragment.file
+        self._compressor = compressor(fragment.spec.compression_codec)
+        self._identity = fragment.spec.compression_codec == pb.NONE
+        self._pos = 0
+        self._pending = bytearray()
+        self._finished = False
+        self.written = 0
+        """Compressed bytes read so far."""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = COPY_CHUNK if size is None or size < 0 else size
+        if self._identity and not self._pending:
+            out = self._next(want) if want else b""
+        else:
+            while len(self._pending) < want and not self._finished:
+                data = self._next(COPY_CHUNK)
+                if data:
+                    self._pending += self._compressor.compress(data)
+                else:
+                    self._pending += self._compressor.finish()
+                    self._finished = True
+            out = bytes(self._pending[:want])
+            del self._pending[:want]
+        self.written += len(out)
+        return out
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _next(self, size: int) -> bytes:
+        """Up to `size` bytes of spool content at the read position; b"" at the fragment's end."""
+        remaining = self._fragment.content_length - self._pos
+        if remaining <= 0:
+            return b""
+        data = self._file.read_at(self._pos, min(size, remaining))
+        if not data:
+            raise FragmentError(
+                f"spool file of {self._fragment!r} ends early at {self._pos}", journal=self._fragment.spec.journal
+            )
+        self._pos += len(data)
+        return data
 
 
-async def persist(fragment: Fragment, store: FragmentStore, spool_dir: str | None = None) -> bool:
+async def persist(fragment: Fragment, store: FragmentStore) -> bool:
     """Upload a completed local fragment to `store` unless it is there already.
 
-    Returns whether it uploaded. `fragment.spec.path_postfix` must already be set.
+    Returns whether it uploaded. `fragment.spec.path_postfix` must already be set. Content is
+    compressed as the store reads it; a NONE fragment is linked into a store that can adopt
+    its spool file (a file store on the spool's filesystem) instead of being copied.
     """
     path = content_path(fragment.spec)
     if await store.exists(path):
         return False
-    with tempfile.TemporaryFile(dir=spool_dir) as staged:
-        await asyncio.to_thread(write_compressed, fragment, staged)
-        staged.seek(0)
-        await store.put(path, staged, content_encoding(fragment.spec.compression_codec))
+    assert fragment.file is not None, f"{fragment!r} has no spool file"
+    if fragment.spec.compression_codec == pb.NONE and isinstance(store, AdoptingStore):
+        if await store.adopt(path, fragment.file, fragment.content_length):
+            return True
+    content = cast(BinaryIO, CompressedContent(fragment))
+    await store.put(path, content, content_encoding(fragment.spec.compression_codec))
     return True
 
 
@@ -112,4 +157,4 @@ async def open_fragment(store: FragmentStore, fragment: pb.Fragment, offset: int
         )
 
 
-__all__ = ["content_encoding", "list_fragments", "open_fragment", "persist", "write_compressed"]
+__all__ = ["CompressedContent", "content_encoding", "list_fragments", "open_fragment", "persist"]

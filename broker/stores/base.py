@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlparse
 
 
@@ -41,6 +41,21 @@ class FragmentStore(Protocol):
     def open(self, path: str) -> AsyncIterator[bytes]: ...
     async def sign_get(self, path: str, ttl: float) -> str: ...
     async def remove(self, path: str) -> None: ...
+
+
+class LinkableFile(Protocol):
+    """A local file whose content can be given a name without copying it (a spool file)."""
+
+    def link(self, target: str, length: int) -> None: ...
+
+
+@runtime_checkable
+class AdoptingStore(Protocol):
+    """A store that can take a local file as an object without copying it."""
+
+    async def adopt(self, path: str, file: LinkableFile, length: int) -> bool:
+        """Make `file`'s first `length` bytes the object at `path`; False if this file cannot be."""
+        ...
 
 
 def query_args(url: str, allowed: set[str]) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import tempfile
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlparse
 
-from broker.stores.base import StoreError, StoreObject, query_args, rewrite
+from broker.stores.base import LinkableFile, StoreError, StoreObject, query_args, rewrite
 
 READ_CHUNK = 1 << 20
+# What linkat(2) fails with when a spool file cannot become a store file (rather than an I/O error).
+_CANNOT_LINK = {errno.EXDEV, errno.ENOENT, errno.EPERM, errno.EOPNOTSUPP, errno.EINVAL, errno.EMLINK}
 
 
 class FileStore:
@@ -73,6 +76,33 @@ class FileStore:
 
         try:
             await asyncio.to_thread(copy)
+        except OSError as exc:
+            raise StoreError(str(exc), self.url, path) from exc
+
+    async def adopt(self, path: str, file: LinkableFile, length: int) -> bool:
+        """Hard-link a spool file into the store: no copy, when both share a filesystem."""
+        target = self._path(path)
+
+        def link() -> bool:
+            if not self.base.is_dir():
+                raise StoreError(f"store directory {self.base} does not exist", self.url, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.parent / f".partial-{target.name}{os.urandom(6).hex()}"
+            try:
+                file.link(str(partial), length)
+            except OSError as exc:
+                if exc.errno in _CANNOT_LINK:
+                    return False  # Another filesystem, or no O_TMPFILE: the caller copies instead.
+                raise
+            try:
+                os.rename(partial, target)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            return True
+
+        try:
+            return await asyncio.to_thread(link)
         except OSError as exc:
             raise StoreError(str(exc), self.url, path) from exc
 

@@ -215,3 +215,33 @@ def test_non_blocking_read_at_head(stub: pb_grpc.JournalStub, broker: BrokerProc
     assert len(meta) == 1 and meta[0].fragment.end == 3 and not meta[0].content
     ranged = b"".join(r.content for r in stub.Read(pb.ReadRequest(journal="head/j", offset=0, end_offset=2)))
     assert ranged == b"ab"
+
+
+def test_large_chunks_commit_in_order_with_their_sha1(stub: pb_grpc.JournalStub) -> None:
+    # Large chunks land in the spool behind the ones being received: order and sum must hold.
+    create(stub, "large/j")
+    chunks = [bytes([65 + i]) * (1 << 20) + b"%d\n" % i for i in range(12)]
+    resp = append(stub, "large/j", *chunks)
+    assert resp.status == pb.OK and (resp.commit.begin, resp.commit.end) == (0, sum(map(len, chunks)))
+    assert sha1sum_hex(resp.commit.sum) == hashlib.sha1(b"".join(chunks)).hexdigest()
+    assert read_all(stub, "large/j") == b"".join(chunks)
+
+
+def test_append_abandoned_mid_stream_leaves_nothing(stub: pb_grpc.JournalStub) -> None:
+    create(stub, "abandoned/j")
+    assert append(stub, "abandoned/j", b"before\n").status == pb.OK
+
+    class ClientGaveUp(Exception):
+        pass
+
+    def requests() -> Iterator[pb.AppendRequest]:
+        yield pb.AppendRequest(journal="abandoned/j")
+        for i in range(12):  # More than the broker lets land behind the chunk it receives.
+            yield pb.AppendRequest(content=b"x" * (1 << 20))
+        raise ClientGaveUp()  # The client dies before the empty request that commits.
+
+    with pytest.raises(grpc.RpcError):
+        stub.Append(requests())
+    after = append(stub, "abandoned/j", b"after\n")
+    assert after.status == pb.OK and (after.commit.begin, after.commit.end) == (7, 13)
+    assert read_all(stub, "abandoned/j") == b"before\nafter\n"

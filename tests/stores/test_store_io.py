@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,8 +40,8 @@ async def test_persist_list_and_open_round_trip(tmp_path: Path, codec: int) -> N
     content = b"".join(b"record %d\n" % i for i in range(5000))
     fragment = _local("a/journal", 1000, content, codec, tmp_path)
 
-    assert await persist(fragment, store, str(tmp_path)) is True
-    assert await persist(fragment, store, str(tmp_path)) is False  # Already there: not uploaded again.
+    assert await persist(fragment, store) is True
+    assert await persist(fragment, store) is False  # Already there: not uploaded again.
     assert (tmp_path / "root" / content_path(fragment.spec)).is_file()
 
     [listed] = await list_fragments("a/journal", [("file:///", store)])
@@ -77,7 +79,7 @@ async def test_persister_retries_until_the_store_is_back(tmp_path: Path) -> None
     root = tmp_path / "root"
     registry = StoreRegistry(str(root))  # The root does not exist yet: the store is "down".
     landed: list[tuple[PersistJob, str, bool]] = []
-    persister = Persister(registry, str(tmp_path), lambda job, url, up: landed.append((job, url, up)))
+    persister = Persister(registry, lambda job, url, up: landed.append((job, url, up)))
     fragment = _local("j", 0, b"payload", pb.SNAPPY, tmp_path)
     persister.submit(fragment, ["file:///"])
     await asyncio.sleep(0.5)
@@ -98,7 +100,7 @@ async def test_persister_prefers_the_first_healthy_store(tmp_path: Path) -> None
     registry = StoreRegistry(str(tmp_path))
     registry.health("file:///missing/").mark_failed("down for the test")
     landed: list[str] = []
-    persister = Persister(registry, str(tmp_path), lambda job, url, up: landed.append(url))
+    persister = Persister(registry, lambda job, url, up: landed.append(url))
     persister.submit(_local("j", 0, b"x", pb.NONE, tmp_path), ["file:///missing/", "file:///good/"])
     await asyncio.wait_for(persister.wait_idle(), 10)
     assert landed == ["file:///good/"]
@@ -125,3 +127,34 @@ async def test_file_store_put_is_atomic_and_listing_ignores_partials(tmp_path: P
     (tmp_path / "j" / ".partial-0000").write_bytes(b"half")
     await store.put("j/obj", io.BytesIO(b"whole"))
     assert [o.path for o in await store.list("j/")] == ["obj"]
+
+
+async def test_none_fragment_is_linked_into_a_file_store_on_the_spool_filesystem(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    store = FileStore("file:///", str(tmp_path / "root"))
+    fragment = _local("a/journal", 0, b"committed\n", pb.NONE, tmp_path)
+    assert fragment.file is not None
+    fragment.file.write_at(10, b"rolled back\n")  # Bytes past the fragment's end, as a rollback leaves them.
+
+    assert await persist(fragment, store) is True
+    stored = tmp_path / "root" / content_path(fragment.spec)
+    assert stored.stat().st_ino == os.fstat(fragment.file.fileno()).st_ino  # The spool file itself: no copy.
+    assert stored.read_bytes() == b"committed\n"
+    assert fragment.file.read_at(0, 100) == b"committed\n"  # The spool still serves reads.
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # No partial file left behind.
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a second filesystem at /dev/shm")
+@pytest.mark.parametrize("codec", [pb.NONE, pb.SNAPPY])
+async def test_fragment_on_another_filesystem_is_copied(tmp_path: Path, codec: int) -> None:
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        if os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the spool's filesystem here")
+        store = FileStore("file:///", other)
+        content = b"".join(b"record %d\n" % i for i in range(50_000))
+        fragment = _local("a/journal", 0, content, codec, tmp_path)
+        assert await persist(fragment, store) is True
+        stored = Path(other) / content_path(fragment.spec)
+        assert fragment.file is not None
+        assert stored.stat().st_ino != os.fstat(fragment.file.fileno()).st_ino
+        assert b"".join([chunk async for chunk in open_fragment(store, fragment.spec, 0)]) == content
