@@ -236,7 +236,7 @@ def test_append_abandoned_mid_stream_leaves_nothing(stub: pb_grpc.JournalStub) -
 
     def requests() -> Iterator[pb.AppendRequest]:
         yield pb.AppendRequest(journal="abandoned/j")
-        for i in range(12):  # More than the broker lets land behind the chunk it receives.
+        for _ in range(12):  # More than the broker lets land behind the chunk it receives.
             yield pb.AppendRequest(content=b"x" * (1 << 20))
         raise ClientGaveUp()  # The client dies before the empty request that commits.
 
