@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import socket
 import sys
 import weakref
@@ -30,6 +32,13 @@ RELAY_HIGH_WATER = 4 << 20
 UNIX_SOCKET_BUFFER = 4 << 20
 """SO_SNDBUF and SO_RCVBUF of the relay's unix socket; unix sockets do not autotune theirs."""
 
+SPLICE = hasattr(os, "splice") and hasattr(os, "pipe2")
+"""Whether gRPC connections are relayed with splice(2) (Linux) rather than through Python."""
+PIPE_SIZE = 1 << 20
+"""Capacity asked of a splice relay's pipes: a 1 MiB gRPC message passes in one round."""
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+
 # From Python 3.12 a transport queues what it could not send as views of the caller's buffer,
 # where 3.11 copies it.
 _WRITE_KEEPS_VIEWS = sys.version_info >= (3, 12)
@@ -45,7 +54,7 @@ class OnePortListener:
         self.http_handler = http_handler
         self._server: asyncio.Server | None = None
         self._port = 0
-        self._relays: set[_Relay] = set()
+        self._relays: set[_Relay | _SpliceRelay] = set()
         # Every accepted connection, for close(). Weak: a closed one must not linger here.
         self._accepted: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
         self._pending: set[asyncio.Task[None]] = set()
@@ -113,7 +122,8 @@ class OnePortListener:
             transport.abort()
 
     def _to_grpc(self, transport: asyncio.Transport, initial: bytes) -> None:
-        relay = _Relay(self, transport)
+        relay: _Relay | _SpliceRelay
+        relay = _SpliceRelay(self, transport) if SPLICE else _Relay(self, transport)
         task = asyncio.get_running_loop().create_task(relay.connect(initial))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -278,6 +288,174 @@ class _Pipe(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         if self.peer.transport is not None:
             self.peer.transport.resume_reading()
+
+
+class _SpliceRelay:
+    """Relays one client TCP connection to its own unix connection to the grpc server with
+    splice(2): bytes go from socket to pipe to socket inside the kernel, never through Python.
+
+    Measured: `_Relay` copies every byte into and out of the process and costs the event loop
+    about 0.5 ms per MiB relayed.
+    """
+
+    def __init__(self, listener: OnePortListener, client: asyncio.Transport) -> None:
+        self._listener = listener
+        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        # Take the client's socket from its transport: a duplicate descriptor keeps the connection
+        # open once the transport, which is closed here, closes its own.
+        raw = client.get_extra_info("socket")
+        self._client = socket.socket(fileno=os.dup(raw.fileno()))
+        self._client.setblocking(False)
+        client.pause_reading()
+        client.abort()
+        self._server: socket.socket | None = None
+        self._directions: list[_Splice] = []
+        self._closed = False
+        listener._relays.add(self)
+
+    async def connect(self, initial: bytes) -> None:
+        """Connect to the grpc server, forward `initial`, then relay both ways."""
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SOCKET_BUFFER)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UNIX_SOCKET_BUFFER)
+            server.setblocking(False)
+            await self._loop.sock_connect(server, self._listener.grpc_unix_path)
+            await self._loop.sock_sendall(server, initial)
+            if self._closed:
+                raise ConnectionAbortedError("the listener closed")
+            self._server = server
+            self._directions = [_Splice(self, self._client, server), _Splice(self, server, self._client)]
+        except BaseException as exc:
+            server.close()
+            self.abort()  # Without a server side, the client is dropped.
+            if not isinstance(exc, OSError):
+                raise
+            log.warning("cannot reach the grpc server at %s: %s", self._listener.grpc_unix_path, exc)
+            return
+        for direction in self._directions:
+            direction.start()
+
+    def close(self) -> None:
+        """Stop reading; close both connections once what is in flight has been sent."""
+        self._closed = True
+        if not self._directions:
+            self.abort()
+            return
+        for direction in self._directions:
+            direction.stop_reading()
+        self.check_done()
+
+    def abort(self) -> None:
+        """Close both connections now, dropping what is in flight."""
+        self._closed = True
+        for direction in self._directions:
+            direction.release()
+        self._directions = []
+        self._client.close()
+        if self._server is not None:
+            self._server.close()
+        self._finish()
+
+    def check_done(self) -> None:
+        """Close everything once neither direction has anything more to carry."""
+        if self._directions and all(d.finished for d in self._directions):
+            self.abort()
+
+    def _finish(self) -> None:
+        self._listener._relays.discard(self)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class _Splice:
+    """One direction of a `_SpliceRelay`: `source` -> pipe -> `sink`, driven by the event loop."""
+
+    def __init__(self, relay: _SpliceRelay, source: socket.socket, sink: socket.socket) -> None:
+        self._relay = relay
+        self._loop = asyncio.get_running_loop()
+        self._source = source.fileno()
+        self._sink = sink
+        self._pipe_out, self._pipe_in = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):  # A smaller pipe only means more rounds.
+            fcntl.fcntl(self._pipe_in, F_SETPIPE_SZ, PIPE_SIZE)
+        self._in_pipe = 0  # Bytes read from the source not yet written to the sink.
+        self._reading = False
+        self._writing = False
+        self._eof = False
+        self.finished = False  # The source ended (or reading stopped) and the pipe is empty.
+
+    def start(self) -> None:
+        self._resume_reading()
+
+    def stop_reading(self) -> None:
+        self._eof = True
+        self._pause_reading()
+        self._maybe_finish()
+
+    def release(self) -> None:
+        """Unregister from the event loop and close the pipe (the relay closes the sockets)."""
+        self._pause_reading()
+        if self._writing:
+            self._loop.remove_writer(self._sink.fileno())
+            self._writing = False
+        for fd in (self._pipe_out, self._pipe_in):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pipe_out = self._pipe_in = -1
+
+    def _resume_reading(self) -> None:
+        if not self._reading and not self._eof:
+            self._loop.add_reader(self._source, self._readable)
+            self._reading = True
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._loop.remove_reader(self._source)
+            self._reading = False
+
+    def _readable(self) -> None:
+        try:
+            n = os.splice(self._source, self._pipe_in, PIPE_SIZE, flags=SPLICE_FLAGS)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._relay.abort()  # Reset by the peer, or the like: both sides go.
+            return
+        if n == 0:
+            self._eof = True
+            self._pause_reading()
+        self._in_pipe += n
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._in_pipe:
+            try:
+                n = os.splice(self._pipe_out, self._sink.fileno(), self._in_pipe, flags=SPLICE_FLAGS)
+            except (BlockingIOError, InterruptedError):
+                # The sink is backed up: read no more until it drains.
+                self._pause_reading()
+                if not self._writing:
+                    self._loop.add_writer(self._sink.fileno(), self._flush)
+                    self._writing = True
+                return
+            except OSError:
+                self._relay.abort()
+                return
+            self._in_pipe -= n
+        if self._writing:
+            self._loop.remove_writer(self._sink.fileno())
+            self._writing = False
+        self._resume_reading()
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self._eof and not self._in_pipe and not self.finished:
+            self.finished = True
+            with contextlib.suppress(OSError):
+                self._sink.shutdown(socket.SHUT_WR)  # Half-close: the other direction goes on.
+            self._relay.check_done()
 
 
 def _set_nodelay(transport: asyncio.BaseTransport) -> None:
