@@ -329,15 +329,14 @@ class Append:
                 total_chunks += 1
                 if await bucket.take(len(content)):
                     delayed_chunks += 1
-                replicate = pb.ReplicateRequest(content=content, content_delta=total)
                 if len(content) >= THREADED_APPLY_MIN:
                     await land(LANDING_BYTES - len(content))
-                    local = await pipeline.scatter_content(replicate)
+                    local = await pipeline.scatter_content(content, total)
                     landing.append((asyncio.gather(local, digesting.submit(digest.update, content)), len(content)))
                     landing_bytes += len(content)
                 else:
                     await land(0)
-                    await pipeline.scatter(replicate)
+                    await pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
                     digest.update(content)
                 total += len(content)
             await land(0)

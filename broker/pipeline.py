@@ -71,29 +71,31 @@ class Pipeline:
 
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Send `req` to every peer and apply it to the local spool; returns the local response."""
-        if len(req.content) < THREADED_APPLY_MIN:
-            await self._local.settle()  # Content applied in threads lands first.
-            await self._send(req)
-            return self.spool.apply(req)
-        local = await self.scatter_content(req)
-        try:
-            return await local
-        finally:
-            await self._local.settle()
+        if len(req.content) >= THREADED_APPLY_MIN:
+            local = await self.scatter_content(req.content, req.content_delta)
+            try:
+                await local
+            finally:
+                await self._local.settle()
+            return pb.ReplicateResponse(status=pb.OK)
+        await self._local.settle()  # Content applied in threads lands first.
+        await self._send(req)
+        return self.spool.apply(req)
 
-    async def scatter_content(self, req: pb.ReplicateRequest) -> asyncio.Future[pb.ReplicateResponse]:
+    async def scatter_content(self, content: bytes, delta: int) -> asyncio.Future[None]:
         """Send large content to every peer, and start applying it to the local spool in a worker
         thread after any earlier such content; the returned future is done once it has landed.
 
         Writing and hashing a chunk release the GIL: the event loop meanwhile receives the next
         one. Call `settle()` before acting on a failure, so that the spool is quiet.
         """
-        local = self._local.submit(self.spool.apply, req)
-        try:
-            await self._send(req)
-        except BaseException:
-            await self._local.settle()  # The spool settles before any rollback.
-            raise
+        local = self._local.submit(self.spool.apply_content, delta, content)
+        if self._streams:
+            try:
+                await self._send(pb.ReplicateRequest(content=content, content_delta=delta))
+            except BaseException:
+                await self._local.settle()  # The spool settles before any rollback.
+                raise
         return local
 
     async def settle(self) -> None:

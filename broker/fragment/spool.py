@@ -87,6 +87,11 @@ class Spool:
             self._apply_content(req.content_delta, req.content)
             return pb.ReplicateResponse(status=pb.OK)
 
+    def apply_content(self, content_delta: int, content: bytes) -> None:
+        """Apply content, as `apply` does a content message (without building one)."""
+        with self._apply_lock:
+            self._apply_content(content_delta, content)
+
     def next(self) -> pb.Fragment:
         """Return the fragment a commit of the pending content would produce."""
         f = pb.Fragment()

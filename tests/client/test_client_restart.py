@@ -144,3 +144,27 @@ async def test_retry_reader_survives_a_restart_of_the_only_broker(start_broker: 
         assert await asyncio.wait_for(pending, 60) == b"restarted"
         await reader.close()
     assert await asyncio.to_thread(read_all, broker.url, spec.name, timeout=30) == b"persisted;restarted"
+
+
+async def test_large_chunks_replicate_to_the_peer_in_order(start_broker: StartBroker) -> None:
+    first, second = await asyncio.gather(start_broker(), start_broker())
+    spec = journal_spec(unique("client/large"), replication=2)
+    # 1 MiB chunks land in the primary's spool in worker threads while the peer is sent them; the
+    # commit proposal carries the spool's SHA-1, which the peer must match for the append to commit.
+    content = b"".join(bytes([65 + i % 26]) * (1 << 20) for i in range(12))
+    async with JournalClient(first.url) as client:
+        await create_journal(client, spec)
+        async with asyncio.timeout(30):
+            while len((await wait_for_primary(client, spec.name)).members) != 2:
+                await asyncio.sleep(0.05)
+        async with AppendService(client) as service:
+            committed = service.append(spec.name, content)
+            await committed
+        assert (committed.begin, committed.end) == (0, len(content))
+        route = await wait_for_primary(client, spec.name)
+    # The peer alone serves every byte once the primary is gone.
+    primary = route.members[route.primary].suffix
+    assert primary in (first.broker_id, second.broker_id)
+    survivor, gone = (second, first) if primary == first.broker_id else (first, second)
+    await stop(gone)
+    assert await asyncio.to_thread(read_all, survivor.url, spec.name, timeout=60) == content
