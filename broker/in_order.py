@@ -1,8 +1,10 @@
-"""Blocking calls run in worker threads one after another, in the order they were submitted."""
+"""Blocking calls run in a worker thread one after another, in the order they were submitted."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -10,30 +12,62 @@ T = TypeVar("T")
 
 
 class InOrder:
-    """A chain of worker-thread calls: each starts once the one submitted before it has ended.
+    """A queue of calls that one worker thread at a time drains, in submission order.
 
     It lets the event loop queue a chunk's spool write or hashing and go on receiving the next
-    chunk, while the writes themselves still land in order. A call whose predecessor failed
-    fails with the same exception without running.
+    chunk, while the writes themselves still land in order. The worker takes the next call as
+    soon as one ends, without a round trip through the event loop. Once a call fails, the calls
+    queued behind it fail with the same exception without running, until `settle()`.
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] = deque()
+        self._draining = False
+        self._failed: BaseException | None = None
         self._last: asyncio.Future[Any] | None = None
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run `fn(*args)` in a worker thread after every earlier submission."""
-        previous = self._last
-
-        async def run() -> T:
-            if previous is not None:
-                await previous
-            return await asyncio.to_thread(fn, *args)
-
-        future = asyncio.ensure_future(run())
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            self._queue.append((fn, args, future))
+            start, self._draining = not self._draining, True
+        if start:
+            loop.run_in_executor(None, self._drain, loop)
         self._last = future
         return future
 
     async def settle(self) -> None:
-        """Wait until every submitted call has ended, failed or not."""
+        """Wait until every submitted call has ended, failed or not; then forget any failure."""
         if self._last is not None:
             await asyncio.gather(self._last, return_exceptions=True)
+        self._failed = None
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                fn, args, future = self._queue.popleft()
+            if self._failed is not None:
+                loop.call_soon_threadsafe(_resolve, future, None, self._failed)
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # Handed to the awaiting coroutine, like to_thread does.
+                self._failed = exc
+                loop.call_soon_threadsafe(_resolve, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_resolve, future, result, None)
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
