@@ -25,8 +25,13 @@ async def serve_read(
     replica: Replica,
     open_remote: RemoteOpener | None = None,
     sign_url: URLSigner | None = None,
+    on_content: Callable[[int], object] = lambda _n: None,
 ) -> AsyncIterator[pb.ReadResponse]:
-    """Yield the responses of `req` against `replica`'s index until done (or forever, if blocking)."""
+    """Yield the responses of `req` against `replica`'s index until done (or forever, if blocking).
+
+    `on_content` is told the length of each content frame (reading it back out of a response
+    would copy it).
+    """
     offset = req.offset
     first = True
     while True:
@@ -56,6 +61,7 @@ async def serve_read(
             while offset < end:
                 n = min(CHUNK_SIZE, end - offset)
                 data = fragment.file.read_at(offset - fragment.begin, n)
+                on_content(len(data))
                 yield pb.ReadResponse(offset=offset, content=data)
                 offset += len(data)
         else:
@@ -64,7 +70,9 @@ async def serve_read(
             async for data in open_remote(fragment, offset):
                 data = data[: end - offset]
                 for i in range(0, len(data), CHUNK_SIZE):
-                    yield pb.ReadResponse(offset=offset + i, content=data[i : i + CHUNK_SIZE])
+                    frame = data[i : i + CHUNK_SIZE]
+                    on_content(len(frame))
+                    yield pb.ReadResponse(offset=offset + i, content=frame)
                 offset += len(data)
                 if offset >= end:
                     break

@@ -166,9 +166,9 @@ class JournalService(pb_grpc.JournalServicer):
         metrics.READ_REQUESTS.labels(journal).inc()
         read_bytes = metrics.READ_BYTES.labels(journal)
         try:
-            async for resp in serve_read(request, res.header, res.replica, self.open_remote, self.sign_url):
-                if resp.content:
-                    read_bytes.inc(len(resp.content))
+            async for resp in serve_read(
+                request, res.header, res.replica, self.open_remote, self.sign_url, on_content=read_bytes.inc
+            ):
                 yield resp
         except (StoreError, FragmentError) as exc:
             # A persisted fragment could not be fetched or decoded: the reader may retry later.
@@ -337,9 +337,10 @@ async def _content_chunks(
             validate_append_request(req)
         except ValidationError as exc:
             raise BrokerError(str(exc), journal) from exc
-        if not req.content:
+        content = req.content  # Each access copies the bytes out of the message: take them once.
+        if not content:
             async for _ in requests:
                 raise BrokerError("expected EOF after empty Content chunk", journal)
             return
-        guard.received(len(req.content))
-        yield req.content
+        guard.received(len(content))
+        yield content
