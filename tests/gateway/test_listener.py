@@ -12,14 +12,17 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
+from broker import listener as listener_module
 from broker.http_gateway import HttpGateway
 from broker.listener import HTTP2_PREFACE, OnePortListener
 
 MIB = 1 << 20
 
 
-@pytest.fixture
-def sock_dir() -> Iterator[str]:
+@pytest.fixture(params=["splice", "buffered"] if listener_module.SPLICE else ["buffered"])
+def sock_dir(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A directory for unix sockets; every test runs with each relay this platform has."""
+    monkeypatch.setattr(listener_module, "SPLICE", request.param == "splice")
     path = tempfile.mkdtemp(prefix="lst-")  # Short: unix socket paths are limited to ~100 bytes.
     yield path
     shutil.rmtree(path, ignore_errors=True)
