@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 
 from broker import logs
-from broker.malloc import keep_freed_memory
 from broker.server import Broker, BrokerConfig
+from broker.tuning import keep_freed_memory, raise_open_file_limit
 
 app = typer.Typer(
     name="gazette",
@@ -100,6 +100,7 @@ def serve(
                                  param_hint="--log.level")
     logs.configure(log_level, log_format.value)
     keep_freed_memory()
+    raise_open_file_limit()
     config = BrokerConfig(
         zone=zone, id=broker_id or _two_words(), host=host or socket.gethostname(), port=port, bind=bind,
         limit=limit, file_root=file_root, max_append_rate=max_append_rate, min_append_rate=min_append_rate,
