@@ -147,6 +147,7 @@ class Pipeline:
 
     async def close(self) -> None:
         """Roll back local uncommitted content, half-close each stream and drain it."""
+        await self._local.settle()  # Content still landing would otherwise land after the rollback.
         self.spool.apply(
             pb.ReplicateRequest(
                 proposal=self.spool.fragment.spec, registers=self.spool.registers, acknowledge=True
