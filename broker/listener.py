@@ -326,9 +326,11 @@ class _SpliceRelay:
             if self._closed:
                 raise ConnectionAbortedError("the listener closed")
             self._server = server
-            self._directions = [_Splice(self, self._client, server), _Splice(self, server, self._client)]
+            for source, sink in ((self._client, server), (server, self._client)):
+                self._directions.append(_Splice(self, source, sink))  # Listed at once: abort() frees it.
         except BaseException as exc:
-            server.close()
+            if self._server is None:
+                server.close()
             self.abort()  # Without a server side, the client is dropped.
             if not isinstance(exc, OSError):
                 raise

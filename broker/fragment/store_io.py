@@ -49,7 +49,9 @@ class CompressedContent(io.RawIOBase):
         return True
 
     def read(self, size: int | None = -1) -> bytes:
-        want = COPY_CHUNK if size is None or size < 0 else size
+        if size is None or size < 0:
+            return b"".join(iter(lambda: self.read(COPY_CHUNK), b""))
+        want = size
         if self._identity and not self._pending:
             out = self._next(want) if want else b""
         else:

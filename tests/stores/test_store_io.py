@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from broker.fragment import Fragment, FragmentError, SpoolFile, sha1sum_from_digest
+from broker.fragment.codecs import decompressor
 from broker.fragment.names import content_path
 from broker.fragment.persister import Persister, PersistJob
-from broker.fragment.store_io import list_fragments, open_fragment, persist
+from broker.fragment.store_io import CompressedContent, list_fragments, open_fragment, persist
 from broker.protocol import pb
 from broker.stores import StoreConfigError, StoreError, StoreRegistry
 from broker.stores.file import FileStore
@@ -158,3 +159,13 @@ async def test_fragment_on_another_filesystem_is_copied(tmp_path: Path, codec: i
         assert fragment.file is not None
         assert stored.stat().st_ino != os.fstat(fragment.file.fileno()).st_ino
         assert b"".join([chunk async for chunk in open_fragment(store, fragment.spec, 0)]) == content
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_content_reads_whole_or_in_pieces_alike(tmp_path: Path, codec: int) -> None:
+    content = b"".join(b"record %d\n" % i for i in range(100_000))
+    whole = CompressedContent(_local("j", 0, content, codec, tmp_path)).read()
+    pieces = CompressedContent(_local("j", 0, content, codec, tmp_path))
+    assert b"".join(iter(lambda: pieces.read(1000), b"")) == whole
+    assert pieces.written == len(whole)
+    assert decompressor(codec).decompress(whole) == content
