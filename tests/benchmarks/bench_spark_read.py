@@ -3,7 +3,7 @@
 Starts a real etcd and one real `gazette serve` with a `file://` store under a temp dir, applies
 two journals of JSON lines (`bench/spark-none`, codec NONE, and `bench/spark-snappy`, codec
 SNAPPY; labels `bench=spark`, `codec=<NONE|SNAPPY>`; content-type application/x-ndjson;
-replication 1; 64 MiB fragments) and appends at least --gib GiB of JSON lines (~200 bytes, varying
+replication 1; 512 MiB fragments, Gazette's default length) and appends at least --gib GiB of JSON lines (~200 bytes, varying
 fields per event type) to each in line-aligned appends of ~8 MiB, until the last fragment is over
 its length so that one empty append rolls it. Once every fragment is persisted (ListFragments shows
 a backing store on each), it measures per codec, over exactly the same fragment files:
@@ -77,7 +77,7 @@ MB = 1e6
 APPEND_SIZE = 8 * MiB  # Content per Append (whole lines), sent as 1 MiB content messages.
 REQUEST_SIZE = MiB
 POOL_CHUNKS = 8  # Distinct appends of content, cycled (snappy's window is far smaller).
-FRAGMENT_LENGTH = 64 * MiB
+FRAGMENT_LENGTH = 512 * MiB  # Gazette's default `fragment.length`: one Spark partition per fragment.
 BASELINE_READ = 4 * MiB
 GOAL = 1.0  # Spark local[2] / one plain Python process.
 CODECS = {"NONE": pb.NONE, "SNAPPY": pb.SNAPPY}
@@ -395,12 +395,14 @@ class SparkResults:
     sums: dict[str, Measure] = field(default_factory=dict)  # Schema LEAN: the primary figure.
     counts: dict[str, Measure] = field(default_factory=dict)  # Schema LEAN.
     all_columns: dict[str, Measure] = field(default_factory=dict)  # The default schema (nine columns).
+    ceiling: Measure | None = None  # tests/benchmarks/spark_ceiling.py: Spark's part alone.
     batch_sizes: dict[str, dict[str, Measure]] = field(default_factory=dict)  # maxRecordsPerBatch -> codec ->
     error: str = ""
 
 
 def measure_spark(
-    args: argparse.Namespace, tmp: Path, base: dict[str, str], written: dict[str, Written], conf: dict[str, str]
+    args: argparse.Namespace, tmp: Path, base: dict[str, str], written: dict[str, Written], conf: dict[str, str],
+    fragments: dict[str, list[pb.Fragment]],
 ) -> SparkResults:
     out = SparkResults()
     started = time.perf_counter()
@@ -440,7 +442,30 @@ def measure_spark(
                     times.append(seconds)
                 out.all_columns[codec] = Measure(min(times), content, rows, all_seconds=times)
                 log(f"  spark {codec} all columns: {out.all_columns[codec].mbs():.1f} MB/s")
+        out.ceiling = measure_ceiling(spark, args.rounds, next(iter(written.values())),
+                                      len(next(iter(fragments.values()))))
     return out
+
+
+def measure_ceiling(spark: Any, rounds: int, w: Written, partitions: int) -> Measure:
+    """The lean sum over `tests/benchmarks/spark_ceiling.py`: the journal's shape, nothing read."""
+    from tests.benchmarks.spark_ceiling import CeilingDataSource
+
+    spark.dataSource.register(CeilingDataSource)
+    value_size = round(w.content / w.messages) - 1  # Without its newline, as `value` is.
+    per = -(-w.messages // partitions)
+    reader = (spark.read.format("gazette-ceiling").option("partitions", partitions).option("rows", per)
+              .option("valueSize", value_size))
+    times = []
+    content = rows = 0
+    for _ in range(rounds + 1):  # The first query starts this source's Python workers: not counted.
+        started = time.perf_counter()
+        row = reader.load().selectExpr("sum(length(value)) AS n", "count(*) AS rows").collect()[0]
+        times.append(time.perf_counter() - started)
+        rows = int(row["rows"])
+        content = int(row["n"]) + rows
+    log(f"  spark ceiling (a source that reads nothing): {content / min(times[1:]) / MB:.1f} MB/s")
+    return Measure(min(times[1:]), content, rows, all_seconds=times[1:])
 
 
 def measure_batch_sizes(
@@ -561,6 +586,10 @@ def print_report(
                   f"{v.msgs():11,.0f} {v.mbs() / base.mbs():6.2f}  (secondary)")
             if v.content != w.content or v.messages != w.messages:
                 print(f"  {codec:7s} CHECK FAILED: all columns read {v.content} bytes, {v.messages} rows")
+        if spark.ceiling is not None:
+            z = spark.ceiling
+            print(f"  {codec:7s} {'spark ceiling: a source reading nothing':34s} {z.seconds:8.2f} {z.mbs():8.1f} "
+                  f"{z.msgs():11,.0f} {z.mbs() / base.mbs():6.2f}  (bound)")
         c = spark.counts[codec]
         print(f"  {codec:7s} {'spark lean count()':34s} {c.seconds:8.2f} {c.mbs():8.1f} {c.msgs():11,.0f} "
               f"{c.mbs() / base.mbs():6.2f}  (info)")
@@ -581,6 +610,9 @@ def print_report(
         print()
         print(f"  lean = user schema {LEAN!r}: the goal is judged on it (Spark 4.0 prunes no columns of a Python data")
         print("  source, so every column a schema names crosses into the JVM; a job names the ones it needs)")
+        print("  ceiling = the same lean sum over tests/benchmarks/spark_ceiling.py, a Python data source whose")
+        print("  partitions (one per fragment) yield pre-built Arrow batches of the journal's rows and mean message")
+        print("  size: Spark's own part of any Python data source read (worker tasks, Arrow IPC, the JVM's rows)")
         print(f"  Spark overheads excluded above: session start (JVM) {spark.session_start:.2f} s; first query on "
               f"the warm-up journal (Python workers, imports) {spark.warmup_first:.2f} s, second "
               f"{spark.warmup_second:.2f} s")
@@ -661,7 +693,7 @@ def run(args: argparse.Namespace) -> None:
             else:
                 log("spark")
                 try:
-                    spark = measure_spark(args, tmp, base_opts, written, {})
+                    spark = measure_spark(args, tmp, base_opts, written, {}, fragments)
                     if args.max_records_per_batch:
                         measure_batch_sizes(args, tmp, base_opts, written, spark)
                 except Exception as exc:  # Report what ran; the traceback goes to stderr.
