@@ -3,8 +3,9 @@
 Starts a real etcd and one real `gazette serve` with a `file://` store under a temp dir, applies
 two journals of JSON lines (`bench/spark-none`, codec NONE, and `bench/spark-snappy`, codec
 SNAPPY; labels `bench=spark`, `codec=<NONE|SNAPPY>`; content-type application/x-ndjson;
-replication 1; 512 MiB fragments, Gazette's default length) and appends at least --gib GiB of JSON lines (~200 bytes, varying
-fields per event type) to each in line-aligned appends of ~8 MiB, until the last fragment is over
+replication 1; 512 MiB fragments, Gazette's default length) and appends at least --gib GiB of JSON
+lines (~200 bytes, varying fields per event type) to each in line-aligned appends of ~8 MiB, until
+the last fragment is over
 its length so that one empty append rolls it. Once every fragment is persisted (ListFragments shows
 a backing store on each), it measures per codec, over exactly the same fragment files:
 
