@@ -5,9 +5,9 @@ two journals of JSON lines (`bench/spark-none`, codec NONE, and `bench/spark-sna
 SNAPPY; labels `bench=spark`, `codec=<NONE|SNAPPY>`; content-type application/x-ndjson;
 replication 1; 512 MiB fragments, Gazette's default length) and appends at least --gib GiB of JSON
 lines (~200 bytes, varying fields per event type) to each in line-aligned appends of ~8 MiB, until
-the last fragment is over
-its length so that one empty append rolls it. Once every fragment is persisted (ListFragments shows
-a backing store on each), it measures per codec, over exactly the same fragment files:
+the last fragment is over its length so that one empty append rolls it. Once every fragment is
+persisted (ListFragments shows a backing store on each), it measures per codec, over exactly the
+same fragment files:
 
 * BASELINE: one plain Python process (a subprocess, measured inside it: interpreter start-up
   excluded) that lists the journal's fragment files under the file root, reads each,
