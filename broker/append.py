@@ -283,7 +283,7 @@ class Append:
 
     # --- StreamContent and ReadAcknowledgements ---------------------------------------------
 
-    async def stream(self, chunks: AsyncIterator[bytes]) -> pb.AppendResponse:
+    async def stream(self, chunks: AsyncIterator[bytes | memoryview]) -> pb.AppendResponse:
         """Stream the client's content through the pipeline and commit it. Releases the pipeline."""
         assert self.replica is not None and self.pipeline is not None and self.resolution is not None
         replica, pipeline, res = self.replica, self.pipeline, self.resolution
@@ -336,7 +336,7 @@ class Append:
                     landing_bytes += len(content)
                 else:
                     await land(0)
-                    await pipeline.scatter(pb.ReplicateRequest(content=content, content_delta=total))
+                    await pipeline.scatter(pb.ReplicateRequest(content=bytes(content), content_delta=total))
                     digest.update(content)
                 total += len(content)
             await land(0)

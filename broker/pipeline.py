@@ -82,7 +82,7 @@ class Pipeline:
         await self._send(req)
         return self.spool.apply(req)
 
-    async def scatter_content(self, content: bytes, delta: int) -> asyncio.Future[None]:
+    async def scatter_content(self, content: bytes | memoryview, delta: int) -> asyncio.Future[None]:
         """Send large content to every peer, and start applying it to the local spool in a worker
         thread after any earlier such content; the returned future is done once it has landed.
 
@@ -92,7 +92,7 @@ class Pipeline:
         local = self._local.submit(self.spool.apply_content, delta, content)
         if self._streams:
             try:
-                await self._send(pb.ReplicateRequest(content=content, content_delta=delta))
+                await self._send(pb.ReplicateRequest(content=bytes(content), content_delta=delta))
             except BaseException:
                 await self._local.settle()  # The spool settles before any rollback.
                 raise

@@ -26,11 +26,11 @@ from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS, PeerDialer
 from broker.persistence import FragmentPersistence
 from broker.pipeline import same_id
-from broker.protocol import pb, pb_grpc
+from broker.protocol import pb
 from broker.pulse import run_pulses
 from broker.replica import Replica
 from broker.resolver import Resolver
-from broker.service import JournalService
+from broker.service import JournalService, add_journal_service
 from broker.state import BrokerState
 from broker.stores import StoreRegistry
 
@@ -125,7 +125,7 @@ class Broker:
             sign_url=self.persistence.sign_url,
             store_health=self.persistence.store_health,
         )
-        pb_grpc.add_JournalServicer_to_server(service, self.grpc_server)
+        add_journal_service(service, self.grpc_server)
         await self.grpc_server.start()
 
         spec = pb.BrokerSpec(

@@ -10,6 +10,7 @@ import grpc
 
 from broker import metrics
 from broker.append import Append, readable
+from broker.append_requests import ContentChunk, as_message, parse_append_request
 from broker.errors import BrokerError
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
@@ -187,12 +188,15 @@ class JournalService(pb_grpc.JournalServicer):
     # --- Append ------------------------------------------------------------------------------
 
     async def Append(
-        self, request_iterator: AsyncIterator[pb.AppendRequest], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.AppendRequest | ContentChunk], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "expected first AppendRequest")
+        if isinstance(first, ContentChunk):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "expected Journal")
+        assert isinstance(first, pb.AppendRequest)
         try:
             validate_append_request(first)
             if not first.journal:
@@ -217,7 +221,7 @@ class JournalService(pb_grpc.JournalServicer):
         return resp
 
     async def _proxy_append(
-        self, first: pb.AppendRequest, header: pb.Header, rest: AsyncIterator[pb.AppendRequest]
+        self, first: pb.AppendRequest, header: pb.Header, rest: AsyncIterator[pb.AppendRequest | ContentChunk]
     ) -> pb.AppendResponse:
         proxied = pb.AppendRequest()
         proxied.CopyFrom(first)
@@ -226,7 +230,7 @@ class JournalService(pb_grpc.JournalServicer):
         async def forward() -> AsyncIterator[pb.AppendRequest]:
             yield proxied
             async for req in rest:
-                yield req
+                yield as_message(req)
 
         endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
         resp: pb.AppendResponse = await self.state.dialer.stub(endpoint).Append(forward())
@@ -317,8 +321,8 @@ def _in_mod_time_range(fragment: Fragment, request: pb.FragmentsRequest) -> bool
 
 
 async def _content_chunks(
-    requests: AsyncIterator[pb.AppendRequest], journal: str, min_rate: int = 0
-) -> AsyncIterator[bytes]:
+    requests: AsyncIterator[pb.AppendRequest | ContentChunk], journal: str, min_rate: int = 0
+) -> AsyncIterator[bytes | memoryview]:
     """The content of an Append stream, ending at its commit marker (an empty message, then EOF).
 
     A client sending less than `min_rate` bytes/second in any second (after one of grace) is cut off.
@@ -331,6 +335,10 @@ async def _content_chunks(
             raise BrokerError("unexpected EOF (append rolled back)", journal) from None
         except MinRateError as exc:
             raise BrokerError(str(exc), journal) from None
+        if isinstance(req, ContentChunk):
+            guard.received(len(req.content))
+            yield req.content
+            continue
         if req.journal:
             raise BrokerError("expected Content chunk", journal)
         try:
@@ -344,3 +352,29 @@ async def _content_chunks(
             return
         guard.received(len(content))
         yield content
+
+
+def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
+    """Register `service` as the generated `add_JournalServicer_to_server` does, except that
+    Append's requests are parsed by `parse_append_request`."""
+
+    class Capture:
+        def __init__(self) -> None:
+            self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+        def add_generic_rpc_handlers(self, _generic: object) -> None:
+            pass
+
+        def add_registered_method_handlers(self, _name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+            self.handlers = dict(handlers)
+
+    capture = Capture()
+    pb_grpc.add_JournalServicer_to_server(service, capture)
+    handlers = capture.handlers
+    handlers["Append"] = grpc.stream_unary_rpc_method_handler(
+        service.Append,
+        request_deserializer=parse_append_request,
+        response_serializer=pb.AppendResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("protocol.Journal", handlers),))
+    server.add_registered_method_handlers("protocol.Journal", handlers)

@@ -87,7 +87,7 @@ class Spool:
             self._apply_content(req.content_delta, req.content)
             return pb.ReplicateResponse(status=pb.OK)
 
-    def apply_content(self, content_delta: int, content: bytes) -> None:
+    def apply_content(self, content_delta: int, content: bytes | memoryview) -> None:
         """Apply content, as `apply` does a content message (without building one)."""
         with self._apply_lock:
             self._apply_content(content_delta, content)
@@ -103,7 +103,7 @@ class Spool:
             f.sum.CopyFrom(sha1sum_from_digest(self._summer.digest()))
         return f
 
-    def _apply_content(self, content_delta: int, content: bytes) -> None:
+    def _apply_content(self, content_delta: int, content: bytes | memoryview) -> None:
         if content_delta != self.delta:
             raise ContentDeltaError(
                 content_delta, self.delta, journal=self.journal, offset=self.fragment.end + self.delta

@@ -59,6 +59,9 @@ def test_malformed_append_streams(stub: pb_grpc.JournalStub) -> None:
           pb.AppendRequest(content=b"y")], "expected EOF after empty Content chunk"),
         ([pb.AppendRequest(journal="malformed/append"), pb.AppendRequest(content=b"lost")], "unexpected EOF"),
         ([], "expected first AppendRequest"),
+        ([pb.AppendRequest(content=b"no journal first")], "expected Journal"),
+        ([pb.AppendRequest(journal="malformed/append"), pb.AppendRequest(content=b"x", offset=3)],
+         "unexpected Offset"),
     ]
     for reqs, message in cases:
         with pytest.raises(grpc.RpcError) as err:
