@@ -6,8 +6,9 @@ them so that a bad address or INI file is reported as a one-line gazctl error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from broker.client import config as _config
 from broker.client.config import (
@@ -41,47 +42,24 @@ __all__ = [
 ]
 
 
-def read_ini_option(path: Path, section: str, key: str) -> str | None:
-    """See `broker.client.config.read_ini_option`."""
-    try:
-        return _config.read_ini_option(path, section, key)
-    except ClientConfigError as err:
-        raise ConfigError(str(err)) from None
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-def resolve_broker_address(
-    flag: str | None,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    home: Path | None = None,
-) -> str:
-    """See `broker.client.config.resolve_broker_address`."""
-    try:
-        return _config.resolve_broker_address(flag, env, cwd, home)
-    except ClientConfigError as err:
-        raise ConfigError(str(err)) from None
+def _raising_gazctl_errors(rule: Callable[P, T]) -> Callable[P, T]:
+    """`rule`, raising gazctl's ConfigError where the client library raises its own."""
+
+    @functools.wraps(rule)
+    def translated(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return rule(*args, **kwargs)
+        except ClientConfigError as err:
+            raise ConfigError(str(err)) from None
+
+    return translated
 
 
-def resolve_option(
-    flag: str | None,
-    env_name: str,
-    section: str,
-    key: str,
-    default: str,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    home: Path | None = None,
-) -> Resolved:
-    """See `broker.client.config.resolve_option`."""
-    try:
-        return _config.resolve_option(flag, env_name, section, key, default, env, cwd, home)
-    except ClientConfigError as err:
-        raise ConfigError(str(err)) from None
-
-
-def dial_target(address: str) -> DialTarget:
-    """See `broker.client.config.dial_target`."""
-    try:
-        return _config.dial_target(address)
-    except ClientConfigError as err:
-        raise ConfigError(str(err)) from None
+read_ini_option = _raising_gazctl_errors(_config.read_ini_option)
+resolve_broker_address = _raising_gazctl_errors(_config.resolve_broker_address)
+resolve_option = _raising_gazctl_errors(_config.resolve_option)
+dial_target = _raising_gazctl_errors(_config.dial_target)
