@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.client import AppendService, AsyncAppend, JournalClient
-from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb
 from tests.benchmarks.bench_broker import bench_spec, log
-from tests.harness import BrokerProcess, apply_specs, free_port, wait_for_primary
+from tests.benchmarks.stack import etcd_and_broker
+from tests.harness import apply_specs, wait_for_primary
 
 RECORD_SIZE = 256
 GOAL = 100_000.0
@@ -166,36 +166,17 @@ def print_report(args: argparse.Namespace, phases: list[Phase]) -> None:
 
 
 def run(args: argparse.Namespace) -> list[Phase]:
-    with tempfile.TemporaryDirectory(prefix="bench-append-service-") as tmp_name:
-        tmp = Path(tmp_name)
-        etcd = EtcdProcess(tmp / "etcd", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
-        broker: BrokerProcess | None = None
-        try:
-            log("starting etcd and the broker")
-            etcd.start()
-            etcd.wait_ready(30.0)
-            (tmp / "fragments").mkdir()
-            broker = BrokerProcess(
-                tmp, etcd.endpoint, "/bench", "--broker.file-root", str(tmp / "fragments"), "--log.level", "info"
-            )
-            broker.wait_ready()
-            specs = [bench_spec(f"bench/records-{i}", pb.NONE) for i in range(max(1, args.journals))]
-            channel, stub = broker.stub()
-            with channel:
-                if apply_specs(stub, *specs).status != pb.OK:
-                    raise RuntimeError("applying the benchmark journals failed")
-                for spec in specs:
-                    wait_for_primary(stub, spec.name)
-            log("measuring")
-            phases = asyncio.run(measure(args, broker.url, [s.name for s in specs]))
-        except Exception:
-            if broker is not None and broker.proc.poll() is None:
-                log(f"broker log tail:\n{broker.logs()[-4000:]}")
-            raise
-        finally:
-            if broker is not None:
-                broker.stop()
-            etcd.stop()
+    with tempfile.TemporaryDirectory(prefix="bench-append-service-") as tmp_name, \
+            etcd_and_broker(Path(tmp_name), "--log.level", "info") as broker:
+        specs = [bench_spec(f"bench/records-{i}", pb.NONE) for i in range(max(1, args.journals))]
+        channel, stub = broker.stub()
+        with channel:
+            if apply_specs(stub, *specs).status != pb.OK:
+                raise RuntimeError("applying the benchmark journals failed")
+            for spec in specs:
+                wait_for_primary(stub, spec.name)
+        log("measuring")
+        phases = asyncio.run(measure(args, broker.url, [s.name for s in specs]))
     print_report(args, phases)
     return phases
 
