@@ -1,8 +1,7 @@
-"""Shared fixtures: one real etcd per test session, and a unique keyspace root per test."""
+"""Shared fixtures: one real etcd per test session, a unique keyspace root per test, moto's S3 server."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -11,14 +10,8 @@ import aetcd
 import pytest
 
 from broker.keyspace.etcd import EtcdProcess, parse_address
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.harness import free_port
+from tests.s3_harness import MotoServer, use_test_credentials
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +43,15 @@ async def etcd_client(etcd_endpoint: str) -> AsyncIterator[Any]:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """moto's S3 server on loopback, with test credentials in the environment, set before any broker
+    or Spark worker of the module starts so that they inherit them."""
+    use_test_credentials()
+    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

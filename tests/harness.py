@@ -22,6 +22,7 @@ from broker.protocol import pb, pb_grpc
 
 
 def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.keyspace.etcd import EtcdProcess
-from tests.conftest import free_port
-from tests.harness import BrokerProcess, run_gazctl
+from tests.harness import BrokerProcess, free_port, run_gazctl
 
 
 class SmallTxnEtcd(EtcdProcess):

@@ -12,19 +12,9 @@ from broker.client import JournalClient, RetryReader, append, fragments_request,
 from broker.protocol import pb
 from tests.client.helpers import metric, new_journal
 from tests.harness import BrokerProcess, serving_broker
-from tests.s3_harness import MotoServer, use_test_credentials
+from tests.s3_harness import MotoServer
 
 RECORD = 1500
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    use_test_credentials()  # Before the broker starts: it inherits them.
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 
 from broker.keyspace.errors import EtcdAddressError, EtcdUnavailableError
 from broker.keyspace.etcd import EtcdProcess, open_etcd, parse_address
-from tests.conftest import free_port
+from tests.harness import free_port
 
 log = logging.getLogger("test")
 

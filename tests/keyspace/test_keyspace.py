@@ -29,7 +29,7 @@ from broker.keyspace.keyspace import (
     txn,
 )
 from broker.protocol import pb
-from tests.conftest import free_port
+from tests.harness import free_port
 
 ROOT = "/gazette/cluster"
 

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
 from tests.harness import BrokerProcess, serving_broker
-from tests.s3_harness import MotoServer, use_test_credentials
+from tests.s3_harness import MotoServer
 
 
 @pytest.fixture(scope="session")
@@ -43,17 +43,6 @@ def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A broker with a `file://` store rooted at `broker.file_root`."""
     with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    """moto's S3 server on loopback, with test credentials in the environment (for Spark workers too)."""
-    use_test_credentials()
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
