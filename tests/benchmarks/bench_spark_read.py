@@ -55,8 +55,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,10 +64,10 @@ import snappy
 
 from broker.client import JournalClient
 from broker.client.listing import fragments_request, list_all_fragments
-from broker.protocol import pb, pb_grpc
-from tests.benchmarks.bench_broker import CHANNEL_OPTIONS, append_once
+from broker.protocol import pb
+from tests.benchmarks.bench_broker import CHANNEL_OPTIONS, append_once, append_rpc, content_requests
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.harness import BrokerProcess, apply_specs, journal_spec, local_spark, wait_for_primary
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -142,7 +140,7 @@ class Chunk:
 
     data: bytes
     messages: int
-    requests: list[pb.AppendRequest] = field(default_factory=list)
+    requests: list[bytes] = field(default_factory=list)  # Serialized, for bench_broker.append_once.
 
 
 def make_chunks(count: int, size: int, seed: int = 11) -> list[Chunk]:
@@ -161,7 +159,7 @@ def make_chunks(count: int, size: int, seed: int = 11) -> list[Chunk]:
             lines.append(line)
             total += len(line)
         data = "".join(lines).encode()
-        reqs = [pb.AppendRequest(content=data[i : i + REQUEST_SIZE]) for i in range(0, len(data), REQUEST_SIZE)]
+        reqs = content_requests([data[i : i + REQUEST_SIZE] for i in range(0, len(data), REQUEST_SIZE)])
         chunks.append(Chunk(data, len(lines), reqs))
     return chunks
 
@@ -218,16 +216,16 @@ async def fill_journal(
         grpc.aio.insecure_channel(broker.target, options=CHANNEL_OPTIONS) as channel,
         JournalClient(broker.url) as client,
     ):
-        stub = pb_grpc.JournalStub(channel)
+        rpc = append_rpc(channel)
         i = offset
         while out.content < total or await spool_length(client, journal) <= length:
             chunk = chunks[i % len(chunks)]
             i += 1
-            await append_once(stub, journal, iter(chunk.requests))
+            await append_once(rpc, journal, iter(chunk.requests))
             out.content += len(chunk.data)
             out.messages += chunk.messages
             out.appends += 1
-        head = await append_once(stub, journal, iter(()))  # Rolls the last fragment.
+        head = await append_once(rpc, journal, iter(()))  # Rolls the last fragment.
     out.seconds = time.perf_counter() - started
     if head != out.content:
         raise RuntimeError(f"{journal}: write head {head} after appending {out.content} bytes")
@@ -339,32 +337,6 @@ def run_baseline(directory: Path, shape: str, rounds: int) -> Measure:
 # --- Spark ------------------------------------------------------------------------------------
 
 
-@contextmanager
-def spark_session(tmp: Path, conf: dict[str, str]) -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-spark-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={tmp}")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
 def gazette_df(spark: Any, options: dict[str, str], schema: str | None = None) -> Any:
     reader = spark.read.format("gazette")
     if schema is not None:
@@ -409,7 +381,7 @@ def measure_spark(
     started = time.perf_counter()
     from pipelines.datasource import register
 
-    with spark_session(tmp, conf) as spark:
+    with local_spark(tmp, "bench-spark-read", conf) as spark:
         out.session_start = time.perf_counter() - started
         out.version = spark.version
         register(spark)
@@ -476,7 +448,8 @@ def measure_batch_sizes(
         if not value.strip():
             continue
         log(f"spark with spark.sql.execution.arrow.maxRecordsPerBatch={value}")
-        with spark_session(tmp, {"spark.sql.execution.arrow.maxRecordsPerBatch": value.strip()}) as spark:
+        conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": value.strip()}
+        with local_spark(tmp, "bench-spark-read", conf) as spark:
             from pipelines.datasource import register
 
             register(spark)

@@ -2,40 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
-from tests.harness import BrokerProcess, serving_broker
+from tests.harness import BrokerProcess, local_spark, serving_broker
 from tests.s3_harness import MotoServer
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """A `local[2]` Spark session with format `gazette` registered; its Python workers run this interpreter."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    warehouse = tmp_path_factory.mktemp("spark")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("gazette-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse / "warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={warehouse}")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    try:
+    with local_spark(tmp_path_factory.mktemp("spark"), "gazette-tests") as session:
+        register(session)
         yield session
-    finally:
-        session.stop()
 
 
 @pytest.fixture(scope="module")
