@@ -1,4 +1,5 @@
-"""Shared fixtures: one real etcd per test session, a unique keyspace root per test, moto's S3 server."""
+"""Shared fixtures: one real etcd per test session, a unique keyspace root per test, moto's S3 server,
+and a real broker (with a Journal stub) per test module."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import aetcd
 import pytest
 
 from broker.keyspace.etcd import EtcdProcess, parse_address
-from tests.harness import free_port
+from broker.protocol import pb_grpc
+from tests.harness import BrokerProcess, free_port, serving_broker
 from tests.s3_harness import MotoServer, use_test_credentials
 
 
@@ -55,3 +57,21 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A real broker per test module, with a `file://` store rooted at `<tmp>/fragments`
+    (`broker.file_root`). Directories whose tests need another broker define their own."""
+    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
+    """A Journal stub of the module's broker."""
+    channel, journal_stub = broker.stub()
+    try:
+        yield journal_stub
+    finally:
+        channel.close()

@@ -1,4 +1,5 @@
-"""Fixtures of the Spark pipeline tests: one local Spark session, and real brokers over file:// and S3 stores."""
+"""Fixtures of the Spark pipeline tests: one local Spark session, and a broker over an S3 store (the
+file:// one is the root conftest's `broker`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     with local_spark(tmp_path_factory.mktemp("spark"), "gazette-tests") as session:
         register(session)
         yield session
-
-
-@pytest.fixture(scope="module")
-def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """A broker with a `file://` store rooted at `broker.file_root`."""
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, file_root=True) as proc:
-        yield proc
 
 
 @pytest.fixture(scope="module")
