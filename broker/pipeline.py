@@ -70,14 +70,8 @@ class Pipeline:
         return len(self._streams)
 
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
-        """Send `req` to every peer and apply it to the local spool; returns the local response."""
-        if len(req.content) >= THREADED_APPLY_MIN:
-            local = await self.scatter_content(req.content, req.content_delta)
-            try:
-                await local
-            finally:
-                await self._local.settle()
-            return pb.ReplicateResponse(status=pb.OK)
+        """Send `req` to every peer and apply it to the local spool, on the event loop; returns the
+        local response. For proposals and small content: large content goes by `scatter_content`."""
         await self._local.settle()  # Content applied in threads lands first.
         await self._send(req)
         return self.spool.apply(req)
