@@ -245,10 +245,7 @@ class Results:
     paired: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     raw_server_stream: dict[int, float] = field(default_factory=dict)
     snappy: float = 0.0
-    snappy_ratio: float = 0.0
     append: dict[str, dict[str, float]] = field(default_factory=dict)  # codec -> shape -> B/s
-    read: dict[str, float] = field(default_factory=dict)
-    read_bytes: dict[str, int] = field(default_factory=dict)
     small: Latency | None = None  # One Append RPC per write.
     small_service: Latency | None = None  # Writes through the client library's AppendService.
     small_batch: float = 0.0  # Writes per Append RPC of the AppendService phase.
@@ -556,7 +553,6 @@ async def broker_phases(
             if profiled(f"read-{codec}"):
                 assert profiler is not None
                 profiler.start()
-            best = 0.0
             pairs = results.paired.setdefault(f"read {codec}", [])
             for r in range(args.rounds):
                 raw = await raw_client_stream(sink, chunks, count)
@@ -564,15 +560,12 @@ async def broker_phases(
                     rate, total, _ = await read_range(stub, journal, end)
                 if total != end:
                     raise RuntimeError(f"read of {journal} returned {total} bytes, expected {end}")
-                best = max(best, rate)
                 pairs.append((rate, raw))
                 log(f"  read   {journal} [0, {end}) round {r + 1}: {rate / MB:8.1f} MB/s (raw gRPC just before: "
                     f"{raw / MB:.1f} MB/s)")
             if profiled(f"read-{codec}"):
                 assert profiler is not None
                 await profiler.stop()
-            results.read[codec] = best
-            results.read_bytes[codec] = end
 
         small_chunks = chunks_of(chunks[0], args.small_size)
         small = content_requests(small_chunks)
