@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
-from tests.harness import BrokerProcess, local_spark, serving_broker
+from tests.harness import BrokerProcess, serving_broker
+from tests.pipelines.spark_session import local_spark
 from tests.s3_harness import MotoServer
 
 

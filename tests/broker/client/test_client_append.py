@@ -21,7 +21,7 @@ from broker.client import (
 from broker.client.sync import read_all
 from broker.fragment import sha1sum_hex
 from broker.protocol import labels, pb
-from tests.client.helpers import append_rpcs, new_journal, unique
+from tests.broker.client.helpers import append_rpcs, new_journal, unique
 from tests.harness import BrokerProcess
 
 

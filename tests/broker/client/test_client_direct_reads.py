@@ -22,7 +22,7 @@ from broker.client import (
 from broker.client.fragments import file_url_path
 from broker.fragment.names import content_path
 from broker.protocol import pb
-from tests.client.helpers import metric, new_journal
+from tests.broker.client.helpers import metric, new_journal
 from tests.harness import BrokerProcess
 
 RECORD = 1500  # Longer than the journal's 1024-byte fragments: every append rolls a new fragment.

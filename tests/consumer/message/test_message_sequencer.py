@@ -26,7 +26,7 @@ from consumer.message import (
     new_producer_id,
 )
 from consumer.message.sequencer import PartialSeq
-from tests.message.helpers import JOURNAL, TestMsg, envelope_generator
+from tests.consumer.message.helpers import JOURNAL, TestMsg, envelope_generator
 
 CONT, ACK, OUT = Flags.CONTINUE_TXN, Flags.ACK_TXN, Flags.OUTSIDE_TXN
 Q = QueueOutcome

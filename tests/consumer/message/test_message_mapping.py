@@ -9,7 +9,7 @@ import pytest
 from broker.protocol import labels as lbl
 from broker.protocol import pb
 from consumer.message import EmptyPartitionsError, fnv1a32, modulo_mapping, random_mapping, rendezvous_mapping
-from tests.message.helpers import TestMsg
+from tests.consumer.message.helpers import TestMsg
 
 MODULO_FIXTURES = {
     "It always": 119,

@@ -17,7 +17,7 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb
-from tests.client.helpers import create_journal, new_journal, unique, wait_for_read_rpcs
+from tests.broker.client.helpers import create_journal, new_journal, unique, wait_for_read_rpcs
 from tests.harness import BrokerProcess, journal_spec
 
 

@@ -30,7 +30,7 @@ from consumer.message import (
     framing_for,
     supported_content_types,
 )
-from tests.message.helpers import TestMsg
+from tests.consumer.message.helpers import TestMsg
 
 HEADER_20 = bytes([0x66, 0x33, 0x93, 0x36, 0x14, 0x00, 0x00, 0x00])
 FRAME_20 = HEADER_20 + b"test message content"  # Gazette's fixture: 8 + 20 = 28 bytes.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grpc_tools import protoc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ["protocol_pb2.py", "protocol_pb2_grpc.py", "protocol_pb2.pyi"]
 
 

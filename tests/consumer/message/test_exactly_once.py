@@ -30,9 +30,9 @@ from consumer.message import (
     read_committed,
     read_uncommitted,
 )
-from tests.client.helpers import create_journal, unique
+from tests.broker.client.helpers import create_journal, unique
+from tests.consumer.message.helpers import TestMsg, new_test_msg
 from tests.harness import BrokerProcess, journal_spec, serving_broker
-from tests.message.helpers import TestMsg, new_test_msg
 
 NDJSON = "application/x-ndjson"
 

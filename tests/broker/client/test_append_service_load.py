@@ -30,7 +30,7 @@ import pytest
 
 from broker.client import AppendOutcomeUnknown, AppendService, JournalClient
 from broker.client.sync import read_all
-from tests.client.helpers import create_journal, unique
+from tests.broker.client.helpers import create_journal, unique
 from tests.harness import BrokerProcess, journal_spec
 
 PRODUCERS = 50

@@ -26,7 +26,7 @@ from consumer.message import (
     decode_chunks,
     new_producer_id,
 )
-from tests.message.helpers import TestMsg, new_test_msg
+from tests.consumer.message.helpers import TestMsg, new_test_msg
 
 
 def chunked(data: bytes, offset: int, size: int) -> Iterator[tuple[int, bytes]]:

@@ -14,7 +14,7 @@ import pytest
 
 from broker.client import AppendService, JournalClient, OffsetJump, RetryReader
 from broker.client.sync import read_all
-from tests.client.helpers import create_journal, unique, wait_for_primary
+from tests.broker.client.helpers import create_journal, unique, wait_for_primary
 from tests.harness import BrokerProcess, journal_spec
 
 StartBroker = Callable[..., Awaitable[BrokerProcess]]

@@ -17,7 +17,7 @@ from broker.client import (
     RetryReader,
     append,
 )
-from tests.client.helpers import new_journal, wait_for_primary
+from tests.broker.client.helpers import new_journal, wait_for_primary
 from tests.harness import BrokerProcess
 
 

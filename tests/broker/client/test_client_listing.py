@@ -25,7 +25,7 @@ from broker.client import (
 )
 from broker.client import sync as client_sync
 from broker.protocol import pb
-from tests.client.helpers import new_journal, unique, wait_for_primary
+from tests.broker.client.helpers import new_journal, unique, wait_for_primary
 from tests.harness import BrokerProcess, journal_spec
 
 

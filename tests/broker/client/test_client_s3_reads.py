@@ -10,7 +10,7 @@ import pytest
 
 from broker.client import JournalClient, RetryReader, append, fragments_request, list_all_fragments
 from broker.protocol import pb
-from tests.client.helpers import metric, new_journal
+from tests.broker.client.helpers import metric, new_journal
 from tests.harness import BrokerProcess, serving_broker
 from tests.s3_harness import MotoServer
 

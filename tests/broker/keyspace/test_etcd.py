@@ -107,7 +107,7 @@ def test_embedded_dies_with_sigkilled_owner(tmp_path: Path) -> None:
         time.sleep(60)
         """
     )
-    parent = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    parent = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, cwd=Path(__file__).parents[3])
     try:
         assert parent.stdout is not None
         etcd_pid = int(parent.stdout.readline())
