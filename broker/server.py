@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from broker.http_gateway import HttpGateway
+from broker.gateway import HttpGateway
 from broker.keyspace import (
     Announcement,
     KeySpace,

@@ -94,6 +94,30 @@ def parse_url(raw: str) -> GoURL:
     return GoURL(url.scheme, url.opaque, url.user, url.host, url.path, url.raw_query, fragment)
 
 
+def path_unescape(s: str) -> str:
+    """`s` with its %-escapes decoded, as Go's `url.PathUnescape` (a `+` stays a `+`).
+
+    Raises URLError with Go's text (`invalid URL escape "%zz"`) for a `%` that is not followed
+    by two hex digits. Bytes that are not UTF-8 come back as surrogate escapes.
+    """
+    return _unescape_or_raise(s, _Mode.PATH)
+
+
+def query_unescape(s: str) -> str:
+    """A key or value of a query string decoded as Go's `url.QueryUnescape`: a `+` is a space.
+
+    Raises URLError as path_unescape does.
+    """
+    return _unescape_or_raise(s, _Mode.QUERY)
+
+
+def _unescape_or_raise(s: str, mode: str) -> str:
+    try:
+        return _unescape(s, mode)
+    except _ParseError as err:
+        raise URLError(err.message) from None
+
+
 def go_quote(s: str) -> str:
     """Quote `s` as Go's `%q` / `strconv.Quote` does."""
     out = ['"']
@@ -131,6 +155,7 @@ class _Mode:
     HOST = "host"
     USER = "user"
     FRAGMENT = "fragment"
+    QUERY = "query"  # A query component: `+` is a space.
 
 
 def _parse(raw: str) -> GoURL:
@@ -233,6 +258,8 @@ def _unescape(s: str, mode: str) -> str:
         if mode == _Mode.HOST and ord(c) < 0x80 and not (c.isalnum() or c in _HOST_OK):
             raise _ParseError(f"invalid character {go_quote(c)} in host name")
         i += 1
+    if mode == _Mode.QUERY:
+        s = s.replace("+", " ")
     if "%" not in s:
         return s
     return _decode_percents(s)

@@ -20,7 +20,7 @@ import h11
 import pytest
 
 from broker.fragment.sums import sha1sum_from_digest
-from broker.http_gateway import HttpGateway, route_token
+from broker.gateway import HttpGateway, route_token
 from broker.protocol import pb, pb_grpc
 
 CHUNK = 32736

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from broker import listener as listener_module
-from broker.http_gateway import HttpGateway
+from broker.gateway import HttpGateway
 from broker.listener import HTTP2_PREFACE, OnePortListener
 
 MIB = 1 << 20

@@ -1,0 +1,119 @@
+"""PUT of a journal: the request body relayed into an Append RPC, as Gazette's gateway does.
+
+The query takes no parameters. The body goes to the broker in APPEND_CHUNK pieces as it
+arrives, and is committed only once all of it has; a 204 response then gives the commit's
+offsets and SHA-1 sum (`X-Commit-*`), the write head and the route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from broker.fragment.sums import sha1sum_hex
+from broker.gateway.connection import Connection
+from broker.gateway.request import BadRequest, Metadata, multi_error, parse_query
+from broker.gateway.responses import (
+    COMMIT_BEGIN_HEADER,
+    COMMIT_END_HEADER,
+    COMMIT_SUM_HEADER,
+    WRITE_HEAD_HEADER,
+    EndpointOf,
+    route_headers,
+    rpc_error_text,
+)
+from broker.protocol import pb, pb_grpc
+from broker.protocol.paths import go_quote
+from broker.protocol.validation import ValidationError, validate_append_request, validate_append_response
+
+APPEND_CHUNK = 1 << 20
+"""Request body bytes sent per AppendRequest: large, as grpc.aio is slow per message."""
+
+
+async def serve_append(
+    stub: pb_grpc.JournalStub,
+    conn: Connection,
+    path: str,
+    query: str,
+    metadata: Metadata,
+    endpoint_of: EndpointOf | None,
+) -> None:
+    """Answer a PUT to the journal at `path`: append the request body through `stub`'s Append."""
+    req = pb.AppendRequest(journal=path[1:])
+    try:
+        append_params(query)
+        validate_append_request(req)
+    except (BadRequest, ValidationError) as err:
+        await conn.error(400, str(err))
+        return
+    if not req.journal:
+        # Validation passes an empty journal (that is a content message); Go's Appender then
+        # refuses to start the RPC.
+        await conn.error(500, "expected Request.Journal")
+        return
+
+    call = stub.Append(metadata=metadata)
+    try:
+        await _relay_append(conn, path, req, call, endpoint_of)
+    finally:
+        call.cancel()  # A no-op once the RPC has ended; otherwise the append rolls back.
+
+
+def append_params(query: str) -> None:
+    """Check a PUT query: it takes no parameters at all."""
+    errors = [f"schema: invalid path {go_quote(key)}" for key in parse_query(query)]
+    if errors:
+        raise BadRequest(multi_error(errors))
+
+
+async def _relay_append(
+    conn: Connection, path: str, req: pb.AppendRequest, call: grpc.aio.StreamUnaryCall, endpoint_of: EndpointOf | None
+) -> None:
+    sending = await _send(call, req)
+    while sending:
+        chunk = await conn.read_body(APPEND_CHUNK)
+        if chunk is None:
+            break
+        sending = await _send(call, pb.AppendRequest(content=chunk))
+    # An empty chunk commits; it is sent only once the whole body has arrived.
+    if sending and await _send(call, pb.AppendRequest()):
+        await call.done_writing()
+    try:
+        resp: pb.AppendResponse = await call
+    except grpc.aio.AioRpcError as err:
+        await conn.error(500, rpc_error_text(err))
+        return
+
+    try:
+        validate_append_response(resp)
+    except ValidationError as err:
+        await conn.error(500, f"validating broker response: {err}")
+        return
+    if resp.status == pb.FRAGMENT_STORE_UNHEALTHY and resp.store_health_error:
+        await conn.error(500, f"{resp.store_health_error}: FRAGMENT_STORE_UNHEALTHY")
+        return
+    if resp.status != pb.OK:
+        await conn.error(500, pb.Status.Name(resp.status))
+        return
+
+    headers = route_headers(resp.header.route, path, endpoint_of)
+    if resp.HasField("commit"):
+        commit = resp.commit
+        headers += [
+            (COMMIT_BEGIN_HEADER, str(commit.begin)),
+            (COMMIT_END_HEADER, str(commit.end)),
+            (WRITE_HEAD_HEADER, str(commit.end)),
+            (COMMIT_SUM_HEADER, sha1sum_hex(commit.sum)),
+        ]
+    conn.start_response(204, headers)
+    await conn.end_response()
+
+
+async def _send(call: grpc.aio.StreamUnaryCall, req: pb.AppendRequest) -> bool:
+    """Send `req` on the Append stream; False if the broker has already answered."""
+    try:
+        await call.write(req)
+    except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
+        return False  # The RPC has ended; its answer is read from the call.
+    return True

@@ -1,0 +1,274 @@
+"""One HTTP/1.1 connection of the gateway: h11 parses and frames, a task answers its requests.
+
+`Connection` is the asyncio protocol of a connection the listener hands over. It runs the
+request loop (keep-alive, draining unread bodies, answering malformed HTTP as Go's net/http
+does, closing without resetting a response still on its way), holds back reading while a
+request body is not consumed, and writes responses for the routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from http import HTTPStatus
+from typing import cast
+
+import h11
+
+from broker.metrics import HTTP_REQUESTS
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_BYTES = 1 << 20
+"""Largest request head accepted, as Go's net/http default."""
+RECEIVE_HIGH_WATER = 1 << 20
+"""Unparsed request bytes buffered before the connection stops reading."""
+DRAIN_LIMIT = 256 << 10
+"""Unread request body discarded after a response to keep the connection, as Go's net/http."""
+DRAIN_TIMEOUT = 5.0
+LINGER_TIMEOUT = 1.0
+"""Seconds a closing connection waits for the client to stop sending; see Connection._close."""
+
+TEXT_HEADERS = [("Content-Type", "text/plain; charset=utf-8"), ("X-Content-Type-Options", "nosniff")]
+"""The headers of a plain-text response, as Go's http.Error sets them."""
+_METHOD_LABELS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"})
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+Handler = Callable[["Connection", h11.Request], Awaitable[None]]
+"""Answers one request on a connection."""
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: h11 parses and frames, a task answers its requests in turn.
+
+    `handle` answers each request; the connection is in `connections` while its task runs.
+    """
+
+    def __init__(self, handle: Handler, connections: set[Connection]) -> None:
+        self._handle = handle
+        self._connections = connections
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._received = 0  # Bytes given to h11 since it last asked for more.
+        self._reading_paused = False
+        self._eof = False
+        self._lost = False
+        self._discarding = False
+        self._body_rest = b""  # Body bytes received beyond what read_body returned.
+        self._reading_body = False
+        self._method = ""
+        self.must_close = False
+
+    # asyncio.Protocol callbacks.
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._task = asyncio.get_running_loop().create_task(self._serve())
+        self._connections.add(self)
+        self._task.add_done_callback(lambda _: self._connections.discard(self))
+
+    def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        self._h11.receive_data(data)
+        self._received += len(data)
+        if self._received > RECEIVE_HIGH_WATER and self._transport is not None:
+            # Stop reading until h11 has used what it holds: the request body's backpressure.
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self._readable.set()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if not self._discarding:
+            self._h11.receive_data(b"")
+        self._readable.set()
+        responding = self._h11.our_state in (h11.SEND_RESPONSE, h11.SEND_BODY)
+        if responding and not self._reading_body and self._task is not None:
+            # As in Go's net/http, a client that ends its side while its response is due has gone
+            # away: stop its RPC (a blocking read would otherwise wait on forever).
+            self._task.cancel()
+        return True  # Keep the transport, to close it in order.
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._readable.set()
+        self._writable.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # The client is gone: stop its RPC.
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def abort(self) -> asyncio.Task[None] | None:
+        """Drop the connection now; return its task, which ends soon after."""
+        if self._transport is not None:
+            self._transport.abort()
+        return self._task
+
+    # Responding, for the routes.
+
+    def start_response(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """Send the status line and `headers` of the response."""
+        all_headers = [("Date", email.utils.formatdate(usegmt=True)), *headers]
+        self._send(
+            h11.Response(
+                status_code=status,
+                headers=[(name.encode("ascii"), _header_value(value)) for name, value in all_headers],
+                reason=HTTPStatus(status).phrase.encode("ascii"),
+            )
+        )
+        method = self._method if self._method in _METHOD_LABELS else "OTHER"
+        HTTP_REQUESTS.labels(method, str(status)).inc()
+
+    async def send_data(self, data: bytes) -> None:
+        """Send part of the body now, waiting while the client is slow to take it."""
+        self._send(h11.Data(data=data))
+        await self._drain()
+
+    async def end_response(self, trailers: Sequence[tuple[str, str]] = ()) -> None:
+        """End the body, with `trailers` if the response is chunked."""
+        chunked = self._h11.their_http_version == b"1.1" and self._method != "HEAD"
+        headers = [(name.encode("ascii"), _header_value(value)) for name, value in trailers] if chunked else []
+        self._send(h11.EndOfMessage(headers=headers))
+        await self._drain()
+
+    async def respond(self, status: int, headers: Sequence[tuple[str, str]], body: bytes) -> None:
+        """Send a whole response with a body of known length."""
+        self.start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        if body and self._method != "HEAD":
+            self._send(h11.Data(data=body))
+        await self.end_response()
+
+    async def error(self, status: int, text: str, headers: Sequence[tuple[str, str]] = ()) -> None:
+        """Answer as Go's http.Error: the text and a newline, as plain text."""
+        await self.respond(status, [*headers, *TEXT_HEADERS], (text + "\n").encode("utf-8", "surrogateescape"))
+
+    async def read_body(self, size: int) -> bytes | None:
+        """Return up to `size` more bytes of the request body, or None once it has all been read."""
+        if self._h11.they_are_waiting_for_100_continue:
+            self._send(h11.InformationalResponse(status_code=100, headers=[]))
+        chunks = [self._body_rest] if self._body_rest else []
+        n = len(self._body_rest)
+        self._reading_body = True
+        try:
+            while n < size and self._h11.their_state is h11.SEND_BODY:
+                event = await self._next_event()
+                if isinstance(event, h11.Data):
+                    chunks.append(event.data)
+                    n += len(event.data)
+        finally:
+            self._reading_body = False
+        body = b"".join(chunks)
+        body, self._body_rest = body[:size], body[size:]
+        return body or None
+
+    # Internals.
+
+    async def _serve(self) -> None:
+        try:
+            await self._serve_requests()
+            await self._close()
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+        except Exception:
+            log.exception("HTTP gateway connection failed")
+            self.abort()
+
+    async def _serve_requests(self) -> None:
+        while True:
+            try:
+                event = await self._next_event()
+                if not isinstance(event, h11.Request):
+                    return  # ConnectionClosed (or nothing left to serve).
+                self._method = event.method.decode("ascii")
+                await self._handle(self, event)
+            except h11.RemoteProtocolError as err:
+                await self._protocol_error(err)
+                return
+            if not await self._next_cycle():
+                return
+
+    async def _protocol_error(self, err: h11.RemoteProtocolError) -> None:
+        # Malformed HTTP is answered as Go's net/http does, when a response can still be sent.
+        if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        code = err.error_status_hint
+        body = f"{code} {HTTPStatus(code).phrase}".encode("ascii")
+        await self.respond(code, [*TEXT_HEADERS, ("Connection", "close")], body)
+
+    async def _next_cycle(self) -> bool:
+        """Ready the connection for its next request, or return False if it must close."""
+        h = self._h11
+        if (
+            h.our_state is h11.DONE
+            and h.their_state is h11.SEND_BODY
+            and not h.they_are_waiting_for_100_continue
+            and not self.must_close
+        ):
+            with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
+                async with asyncio.timeout(DRAIN_TIMEOUT):
+                    await self.read_body(DRAIN_LIMIT)
+        if self.must_close or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+            return False
+        h.start_next_cycle()
+        self._body_rest = b""
+        return True
+
+    async def _next_event(self) -> h11.Event | type[h11.PAUSED]:
+        while True:
+            event = self._h11.next_event()
+            if event is not h11.NEED_DATA:
+                return cast("h11.Event | type[h11.PAUSED]", event)
+            self._received = 0
+            if self._reading_paused and self._transport is not None:
+                self._transport.resume_reading()
+                self._reading_paused = False
+            self._readable.clear()
+            await self._readable.wait()
+
+    def _send(self, event: h11.Event) -> None:
+        data = self._h11.send(event)
+        if data and not self._lost and self._transport is not None:
+            self._transport.write(data)
+
+    async def _drain(self) -> None:
+        await self._writable.wait()
+
+    async def _close(self) -> None:
+        transport = self._transport
+        if transport is None or self._lost:
+            return
+        unread = self._h11.their_state not in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED) or self._reading_paused
+        if unread and not self._eof:
+            # Closing a socket with unread input resets it, and a reset can destroy the response
+            # still on its way to the client: half-close, let the client finish, then close.
+            self._discarding = True
+            transport.resume_reading()
+            if transport.can_write_eof():
+                transport.write_eof()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LINGER_TIMEOUT):
+                    while not (self._eof or self._lost):
+                        self._readable.clear()
+                        await self._readable.wait()
+        transport.close()
+
+
+def _header_value(value: str) -> bytes:
+    # Like Go, turn line breaks (which would end the header) into spaces; h11 refuses the rest of
+    # the control characters and surrounding whitespace, so those go too.
+    return _CONTROL.sub(" ", value).strip(" \t").encode("utf-8", "surrogateescape")

@@ -1,0 +1,108 @@
+"""What the read and append responses share: Gazette's header names, the headers that describe
+a journal's route (`X-Route-Token`, `Location`), and gRPC errors in grpc-go's words."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import quote
+
+import grpc
+
+from broker.fragment.names import go_join
+from broker.protocol import pb
+from broker.protocol.paths import URLError, parse_url
+
+ROUTE_TOKEN_HEADER = "X-Route-Token"
+FRAGMENT_NAME_HEADER = "X-Fragment-Name"
+FRAGMENT_LAST_MODIFIED_HEADER = "X-Fragment-Last-Modified"
+FRAGMENT_LOCATION_HEADER = "X-Fragment-Location"
+WRITE_HEAD_HEADER = "X-Write-Head"
+CLOSE_ERROR_HEADER = "X-Close-Error"
+COMMIT_BEGIN_HEADER = "X-Commit-Begin"
+COMMIT_END_HEADER = "X-Commit-End"
+COMMIT_SUM_HEADER = "X-Commit-Sha1-Sum"  # Go's canonical spelling of X-Commit-SHA1-Sum.
+
+Headers = list[tuple[str, str]]
+EndpointOf = Callable[[pb.ProcessSpec.ID], str | None]
+"""The endpoint of a route member, for routes that carry no endpoints."""
+
+
+def route_headers(route: pb.Route, path: str, endpoint_of: EndpointOf | None) -> Headers:
+    """X-Route-Token, and Location (the primary's endpoint joined with `path`)."""
+    if not route.members:
+        return []
+    headers = [(ROUTE_TOKEN_HEADER, route_token(route))]
+    if 0 <= route.primary < len(route.members):
+        endpoint: str | None = None
+        if route.primary < len(route.endpoints):
+            endpoint = route.endpoints[route.primary]
+        elif endpoint_of is not None:
+            endpoint = endpoint_of(route.members[route.primary])
+        location = _location(endpoint, path) if endpoint else None
+        if location is not None:
+            headers.append(("Location", location))
+    return headers
+
+
+def route_token(route: pb.Route) -> str:
+    """The Route in protobuf compact text form, as Go's `proto.CompactTextString`."""
+    parts: list[str] = []
+    for member in route.members:
+        fields = ""
+        if member.zone:
+            fields += f"zone:{_text_string(member.zone)} "
+        if member.suffix:
+            fields += f"suffix:{_text_string(member.suffix)} "
+        parts.append(f"members:<{fields}> ")
+    if route.primary:
+        parts.append(f"primary:{route.primary} ")
+    for endpoint in route.endpoints:
+        parts.append(f"endpoints:{_text_string(endpoint)} ")
+    return "".join(parts)
+
+
+def _text_string(s: str) -> str:
+    # Byte-wise, as Go's text marshaler: printable ASCII as is, a few C escapes, octal otherwise.
+    out = ['"']
+    for b in s.encode("utf-8", "surrogateescape"):
+        if b in _TEXT_ESCAPES:
+            out.append(_TEXT_ESCAPES[b])
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    out.append('"')
+    return "".join(out)
+
+
+_TEXT_ESCAPES = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x22: '\\"', 0x5C: "\\\\"}
+
+
+def _location(endpoint: str, path: str) -> str | None:
+    """The endpoint URL with `path` joined onto its path, as Go's `path.Join` and `URL.String`."""
+    try:
+        url = parse_url(endpoint)
+    except URLError:
+        return None
+    _, sep, rest = endpoint.partition("://")
+    if not sep or not url.scheme:
+        return None
+    authority = re.match(r"[^/?#]*", rest)
+    assert authority is not None
+    suffix = re.search(r"[?#].*", rest[authority.end() :])
+    joined = go_join(url.path, path)
+    escaped = quote(joined.encode("utf-8", "surrogateescape"), safe="/$&+,:;=@")
+    return f"{url.scheme}://{authority.group(0)}{escaped}{suffix.group(0) if suffix else ''}"
+
+
+def rpc_error_text(err: grpc.aio.AioRpcError) -> str:
+    """The text of a gRPC error as Go's grpc-go formats it."""
+    code = err.code()
+    if code is grpc.StatusCode.OK:
+        name = "OK"
+    elif code is grpc.StatusCode.CANCELLED:
+        name = "Canceled"
+    else:
+        name = "".join(part.capitalize() for part in code.name.split("_"))
+    return f"rpc error: code = {name} desc = {err.details() or ''}"
