@@ -1,0 +1,219 @@
+"""JSON lines (`application/x-ndjson`): one compact JSON document and `\\n` per frame."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import re
+import types
+import typing
+from collections.abc import MutableMapping
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from broker.protocol import labels as lbl
+from consumer.message.errors import EncodeError, FrameTooLargeError
+from consumer.message.framing.base import Frame, Framing, T, Unpacker
+from consumer.message.uuid import parse_uuid
+
+
+@runtime_checkable
+class JSONMarshaler(Protocol):
+    """A message that encodes itself: one JSON document, with no newline."""
+
+    def marshal_json(self) -> bytes: ...
+
+
+@runtime_checkable
+class JSONUnmarshaler(Protocol):
+    """A message that decodes itself from one JSON document."""
+
+    def unmarshal_json(self, data: bytes) -> None: ...
+
+
+# Go's encoding/json escapes these inside strings (they never appear outside one).
+_GO_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_GO_JSON_ESCAPE_RE = re.compile("[<>&\u2028\u2029]")
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, UUID):
+        return str(value)  # Go encodes a uuid.UUID as its canonical text.
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")  # As Go encodes []byte.
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _dataclass_fields(value)
+    raise TypeError(f"json: unsupported type: {type(value).__name__}")
+
+
+def _dataclass_fields(value: object) -> dict[str, object]:
+    # Fields named with a leading underscore are private, like Go's unexported fields: dropped.
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if not f.name.startswith("_")}  # type: ignore[arg-type]
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"invalid JSON constant {name}")  # Go rejects NaN and Infinity.
+
+
+class JSONFraming(Framing):
+    """JSON lines: each frame is one compact JSON document followed by `\\n`.
+
+    The framing never injects a UUID: a message keeps its UUID in an ordinary field (e.g. a
+    dataclass field `UUID: uuid.UUID`), encoded as canonical lowercase text, giving frames like
+    `{"UUID":"…","Key":"k"}`. Messages may be:
+
+    - a JSONMarshaler / JSONUnmarshaler, which encodes or decodes itself;
+    - a dataclass: encoded field by field in declaration order, skipping `_private` fields;
+      decoded by matching object keys to field names (exactly, else case-insensitively, as Go
+      does), parsing UUID-typed fields from text and ignoring unknown keys;
+    - a mutable mapping: encoded as an object; decoded by replacing its contents.
+
+    Encoding matches Go's `json.Encoder`: compact, UTF-8, with `<`, `>`, `&`, U+2028 and U+2029
+    escaped; bytes become base64.
+    """
+
+    content_type = lbl.CONTENT_TYPE_JSON_LINES
+
+    def marshal(self, message: object) -> bytes:
+        if isinstance(message, JSONMarshaler):
+            try:
+                doc = message.marshal_json()
+            except Exception as e:
+                raise EncodeError(str(e), content_type=self.content_type) from e
+            if b"\n" in doc:
+                # A newline would split the frame in two.
+                raise EncodeError("marshal_json() output contains a newline", content_type=self.content_type)
+            return doc + b"\n"
+
+        value = _dataclass_fields(message) if dataclasses.is_dataclass(message) else message
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise EncodeError(str(e), content_type=self.content_type) from e
+        return (_GO_JSON_ESCAPE_RE.sub(lambda m: _GO_JSON_ESCAPES[m.group()], text) + "\n").encode("utf-8")
+
+    def unmarshal(self, frame: Frame | bytes, message: T) -> T:
+        data = frame.data if isinstance(frame, Frame) else frame
+        try:
+            if isinstance(message, JSONUnmarshaler):
+                message.unmarshal_json(data.rstrip(b"\n"))
+                return message
+            # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
+            value = json.loads(data.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
+            if isinstance(message, MutableMapping):
+                if not isinstance(value, dict):
+                    raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
+                message.clear()
+                message.update(value)
+            elif dataclasses.is_dataclass(message) and not isinstance(message, type):
+                _decode_dataclass(value, message)
+            else:
+                raise TypeError(f"{type(message).__name__} is not a dataclass, a mapping or a JSONUnmarshaler")
+        except Exception as e:
+            raise self._decode_error(frame, e) from e
+        return message
+
+    def unpacker(self, journal: str = "", offset: int = 0, *, max_frame_size: int | None = None) -> Unpacker:
+        return LineUnpacker(self, journal, offset, max_frame_size)
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+_uuid_fields_cache: dict[type, tuple[dict[str, str], frozenset[str]]] = {}
+
+
+def _dataclass_layout(cls: type) -> tuple[dict[str, str], frozenset[str]]:
+    """(lower-cased name -> field name, names of UUID-typed fields) of a dataclass."""
+    layout = _uuid_fields_cache.get(cls)
+    if layout is None:
+        names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+        hints = typing.get_type_hints(cls)
+        uuid_fields = frozenset(n for n in names if _is_uuid_type(hints.get(n)))
+        layout = ({n.lower(): n for n in reversed(names)}, uuid_fields)
+        _uuid_fields_cache[cls] = layout
+    return layout
+
+
+def _is_uuid_type(hint: object) -> bool:
+    if hint is UUID:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return UUID in typing.get_args(hint)
+    return False
+
+
+def _decode_dataclass(value: object, message: object) -> None:
+    if value is None:
+        return  # Go leaves the target untouched for `null`.
+    if not isinstance(value, dict):
+        raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
+    by_lower, uuid_fields = _dataclass_layout(type(message))
+    exact = set(by_lower.values())
+    for key, item in value.items():
+        name = key if key in exact else by_lower.get(key.lower())
+        if name is None:
+            continue
+        if name in uuid_fields and isinstance(item, str):
+            item = parse_uuid(item)
+        setattr(message, name, item)
+
+
+class LineUnpacker(Unpacker):
+    """Frames are lines through `\\n`. A final line without one is truncated at end of stream."""
+
+    def __init__(self, framing: Framing, journal: str = "", offset: int = 0, max_frame_size: int | None = None) -> None:
+        super().__init__(framing, journal, offset, max_frame_size)
+        self._search_from = 0  # Bytes before this index (from _pos) hold no newline.
+        self._skipping = False  # Dropping the rest of a too-large line.
+
+    def _on_jump(self) -> None:
+        self._search_from = 0
+        self._skipping = False
+
+    def _scan(self, eof: bool) -> Frame | None:
+        # _search_from is relative to _pos, so it survives compaction; reset it whenever _pos moves.
+        while True:
+            newline = self._buf.find(b"\n", self._pos + self._search_from)
+            if self._skipping:
+                self._search_from = 0
+                if newline == -1:
+                    self._pos = len(self._buf)
+                    return None
+                self._pos, self._skipping = newline + 1, False
+                continue
+
+            if newline == -1:
+                if self.buffered > self.max_frame_size:
+                    begin = self.offset
+                    self._pos, self._search_from, self._skipping = len(self._buf), 0, True
+                    raise self._error(
+                        FrameTooLargeError, f"line exceeds the maximum frame size of {self.max_frame_size}", begin
+                    )
+                if eof and self.buffered:
+                    self._search_from = 0
+                    raise self._truncated("unexpected EOF")
+                self._search_from = self.buffered
+                return None
+
+            self._search_from = 0
+            size = newline + 1 - self._pos
+            if size > self.max_frame_size:
+                begin = self.offset
+                self._pos = newline + 1
+                raise self._error(
+                    FrameTooLargeError,
+                    f"line of {size} bytes exceeds the maximum frame size of {self.max_frame_size}",
+                    begin,
+                )
+            return self._take(size)
