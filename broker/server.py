@@ -10,6 +10,7 @@ import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -65,6 +66,81 @@ class BrokerConfig:
         return f"http://{self.host}:{self.port}"
 
 
+def grpc_server_options(max_recv_size: int) -> list[tuple[str, int]]:
+    """Options of the broker's gRPC server: requests up to `max_recv_size`, responses up to 64 MiB."""
+    return [
+        ("grpc.max_receive_message_length", max_recv_size),
+        ("grpc.max_send_message_length", 64 << 20),
+    ]
+
+
+class BrokerCore:
+    """What serves a broker's journals over a loaded KeySpace: fragment persistence, the resolver
+    and its replicas, the BrokerState the RPC handlers share, and the Journal servicer.
+
+    `Broker` assembles one for `gazette serve`; tests assemble them in-process the same way. The
+    caller registers `service` with a gRPC server, and then `join`s the cluster.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        root: str,
+        keyspace: KeySpace,
+        local_id: pb.ProcessSpec.ID,
+        registry: StoreRegistry,
+        spool_dir: str,
+        *,
+        max_append_rate: int = 0,
+        min_append_rate: int = 0,
+        max_replication: int = 9,
+    ) -> None:
+        self.keyspace = keyspace
+        self.local_id = local_id
+        self.spool_dir = spool_dir
+        self.persistence = FragmentPersistence(
+            registry, keyspace, replica_of=lambda journal: self.resolver.replicas.get(journal),
+        )
+        self.resolver = Resolver(keyspace, local_id, self._new_replica)
+        self.state = BrokerState(
+            etcd=client,
+            root=root,
+            keyspace=keyspace,
+            resolver=self.resolver,
+            dialer=PeerDialer(),
+            max_append_rate=max_append_rate,
+            min_append_rate=min_append_rate,
+            max_replication=max_replication,
+        )
+        self.service = JournalService(
+            self.state,
+            open_remote=self.persistence.open_remote,
+            sign_url=self.persistence.sign_url,
+            store_health=self.persistence.store_health,
+        )
+
+    def broker_spec(self, endpoint: str, journal_limit: int) -> pb.BrokerSpec:
+        """The member spec this broker announces."""
+        return pb.BrokerSpec(
+            process_spec=pb.ProcessSpec(id=self.local_id, endpoint=endpoint), journal_limit=journal_limit
+        )
+
+    def _new_replica(self, journal: str, spec: pb.JournalSpec) -> Replica:
+        replica = Replica(journal, spec, self.spool_dir, persister=self.persistence.on_complete)
+        replica.start(refresh=self.persistence.start_refresh)
+        return replica
+
+    async def join(self, announcement: Announcement) -> asyncio.Task[None]:
+        """Announce the member, then keep the replicas in line with the assignments as the mirror
+        follows etcd (from at least the announcement on). Returns the mirror's watch task."""
+        await announcement.announce()
+        self.keyspace.add_observer(self.resolver.update_replicas)
+        task = self.keyspace.watch()
+        await self.keyspace.wait_for_revision(announcement.revision)
+        self.resolver.update_replicas()
+        return task
+
+
 class Broker:
     """A running broker. `await start()`, then `await stop()` (what SIGTERM does)."""
 
@@ -91,12 +167,7 @@ class Broker:
         await self.keyspace.load()
 
         # The public port must be bound before announcing, so the advertised endpoint is real.
-        self.grpc_server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", cfg.max_grpc_recv_size),
-                ("grpc.max_send_message_length", 64 << 20),
-            ]
-        )
+        self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
         self.gateway = HttpGateway(self.gateway_channel, ready=lambda: not self._stop.is_set())
@@ -104,42 +175,21 @@ class Broker:
         await self.listener.start()
         cfg.port = self.listener.port
 
-        self.persistence = FragmentPersistence(
-            StoreRegistry(cfg.file_root), self.keyspace,
-            replica_of=lambda journal: self.resolver.replicas.get(journal),
-        )
-        self.resolver = Resolver(self.keyspace, self.local_id, self._new_replica)
-        self.state = BrokerState(
-            etcd=client,
-            root=cfg.etcd_prefix,
-            keyspace=self.keyspace,
-            resolver=self.resolver,
-            dialer=PeerDialer(),
+        core = BrokerCore(
+            client, cfg.etcd_prefix, self.keyspace, self.local_id, StoreRegistry(cfg.file_root), str(self.spool_dir),
             max_append_rate=cfg.max_append_rate,
             min_append_rate=cfg.min_append_rate,
             max_replication=cfg.max_replication,
         )
-        service = JournalService(
-            self.state,
-            open_remote=self.persistence.open_remote,
-            sign_url=self.persistence.sign_url,
-            store_health=self.persistence.store_health,
-        )
-        add_journal_service(service, self.grpc_server)
+        self.persistence, self.resolver, self.state = core.persistence, core.resolver, core.state
+        add_journal_service(core.service, self.grpc_server)
         await self.grpc_server.start()
 
-        spec = pb.BrokerSpec(
-            process_spec=pb.ProcessSpec(id=self.local_id, endpoint=cfg.endpoint),
-            journal_limit=cfg.limit,
-        )
         self.announcement = Announcement(
-            client, cfg.etcd_prefix, spec, ttl=cfg.etcd_lease, on_lost=self._on_lease_lost
+            client, cfg.etcd_prefix, core.broker_spec(cfg.endpoint, cfg.limit), ttl=cfg.etcd_lease,
+            on_lost=self._on_lease_lost,
         )
-        await self.announcement.announce()
-        self.keyspace.add_observer(self.resolver.update_replicas)
-        self._tasks.append(self.keyspace.watch())
-        await self.keyspace.wait_for_revision(self.announcement.revision)
-        self.resolver.update_replicas()
+        self._tasks.append(await core.join(self.announcement))
         self._tasks.append(
             asyncio.create_task(
                 run_allocator(
@@ -153,11 +203,6 @@ class Broker:
             "broker serving",
             extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint},
         )
-
-    def _new_replica(self, journal: str, spec: pb.JournalSpec) -> Replica:
-        replica = Replica(journal, spec, str(self.spool_dir), persister=self.persistence.on_complete)
-        replica.start(refresh=self.persistence.start_refresh)
-        return replica
 
     def _on_lease_lost(self) -> None:
         log.error("etcd lease lost: this broker's assignments are void; exiting")

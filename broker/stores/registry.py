@@ -8,12 +8,14 @@ from urllib.parse import urlparse
 from broker.stores.base import FragmentStore, StoreConfigError
 from broker.stores.file import FileStore
 from broker.stores.health import StoreHealth
+from broker.stores.memory import MemoryStore
 
-SCHEMES = ("file", "s3")
+SCHEMES = ("file", "s3", "memory")
 
 
 class StoreRegistry:
-    """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`) and caches them."""
+    """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`, and `memory://` for tests and
+    single-process use) and caches them."""
 
     def __init__(self, file_root: str = "") -> None:
         self.file_root = file_root
@@ -36,6 +38,8 @@ class StoreRegistry:
             from broker.stores.s3 import S3Store
 
             return S3Store(url)
+        if scheme == "memory":
+            return MemoryStore(url)
         raise StoreConfigError(
             f"unsupported fragment store scheme {scheme!r} (this broker supports {', '.join(SCHEMES)})", url
         )
