@@ -1,8 +1,11 @@
-"""Gazette's broker tutorial ("Brokers: A Tutorial Introduction"), word for word, through gazctl and curl.
+"""The gazctl walkthrough: Gazette's broker tutorial ("Brokers: A Tutorial Introduction"), word for
+word, through gazctl and curl.
 
 One module-scoped broker with a `file://` store; the steps run in order, as a user types them,
 and each checks what the tutorial shows. `gazctl` finds the broker through
-`~/.config/gazette/gazctl.ini`, as in the tutorial (HOME is a temporary directory).
+`~/.config/gazette/gazctl.ini`, as in the tutorial (HOME is a temporary directory). This README's
+own Quick start, Tutorial and gazctl example (a gazctl append then a blocking read from the
+beginning) are replayed by `tests/test_readme.py`.
 """
 
 from __future__ import annotations
@@ -137,21 +140,7 @@ def test_02_concurrent_appends_land_whole(example: str) -> None:
     assert sorted(d["N"] for d in docs if d["Msg"] == "Race!") == list(range(1, 21))
 
 
-def test_03_gazctl_append_and_blocking_read(example: str, home: Path) -> None:
-    appended = gazctl(home, "journals", "append", "-l", "name=example/journal", input='{"Msg": "Hello, Gazctl!"}\n')
-    assert appended.returncode == 0, appended.stderr
-    reader = gazctl_process(home, "journals", "read", "-l", "name=example/journal", "--block")
-    try:
-        out = LineReader(reader.stdout)
-        out.wait_for(r'^\{"Msg": "Hello, Gazctl!"\}$')
-        assert out.lines[0] == '{"Msg": "Hello, Gazette!"}\n'  # From the beginning of the journal.
-        assert reader.poll() is None  # --block keeps reading at the write head.
-    finally:
-        reader.terminate()
-        reader.wait(10)
-
-
-def test_04_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: Path) -> None:
+def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: Path) -> None:
     head = len(curl("GET", example))
     writer = gazctl_process(
         home, "journals", "append", "-l", "name=example/journal", "--framing=lines", stdin=subprocess.PIPE
@@ -181,7 +170,7 @@ def test_04_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: 
         reader.wait(10)
 
 
-def test_05_fragments_table(example: str, home: Path, broker: BrokerProcess) -> None:
+def test_04_fragments_table(example: str, home: Path, broker: BrokerProcess) -> None:
     assert broker.file_root is not None
     # The journal's first fragment closed after its first append and was persisted.
     deadline = time.monotonic() + 30
@@ -198,13 +187,13 @@ def test_05_fragments_table(example: str, home: Path, broker: BrokerProcess) -> 
     assert offsets == sorted(offsets)
 
 
-def test_06_list_primary(example: str, home: Path, broker: BrokerProcess) -> None:
+def test_05_list_primary(example: str, home: Path, broker: BrokerProcess) -> None:
     listed = gazctl(home, "journals", "list", "--primary")
     assert listed.returncode == 0, listed.stderr
     assert table_rows(listed.stdout) == [["NAME", "PRIMARY"], ["example/journal", broker.broker_id]]
 
 
-def test_07_list_yaml_then_apply_a_modified_spec(example: str, home: Path) -> None:
+def test_06_list_yaml_then_apply_a_modified_spec(example: str, home: Path) -> None:
     listed = gazctl(home, "journals", "list", "--format", "yaml")
     assert listed.returncode == 0, listed.stderr
     doc = YAML(typ="safe").load(listed.stdout)
@@ -224,7 +213,7 @@ def test_07_list_yaml_then_apply_a_modified_spec(example: str, home: Path) -> No
     assert "ETCD_TRANSACTION_FAILED" in stale.stderr
 
 
-def test_08_apply_foobar_tree(example: str, home: Path, broker: BrokerProcess) -> None:
+def test_07_apply_foobar_tree(example: str, home: Path, broker: BrokerProcess) -> None:
     applied = gazctl(home, "journals", "apply", input=FOOBAR_TREE)
     assert applied.returncode == 0, applied.stderr
     deadline = time.monotonic() + 20
@@ -253,5 +242,5 @@ def test_08_apply_foobar_tree(example: str, home: Path, broker: BrokerProcess) -
         ("prefix=foobar/, name not in (foobar/part-001)", ["foobar/part-000", "foobar/part-002"]),
     ],
 )
-def test_09_label_selectors(example: str, home: Path, selector: str, expected: list[str]) -> None:
+def test_08_label_selectors(example: str, home: Path, selector: str, expected: list[str]) -> None:
     assert names(gazctl(home, "journals", "list", "-l", selector)) == expected
