@@ -3,6 +3,9 @@
 Without client traffic nothing would close a fragment at its flush_interval boundary, so the
 primary appends nothing every minute, and just after each boundary of a journal holding
 unpersisted content; the append FSM then rolls the spool as it would for a client append.
+A journal's very first fragment is pulsed as soon as it holds content: Gazette's first-write
+rule closes it only at the next append, and a new journal's first append would otherwise
+wait up to a minute to reach its store.
 """
 
 from __future__ import annotations
@@ -60,7 +63,9 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
             spool = replica.spool
             flush = replica.spec.fragment.flush_interval.seconds
             boundary = None
-            if flush > 0 and spool.first_append_time is not None and spool.fragment.content_length:
+            if spool.fragment.content_length and spool.fragment.begin == replica.index.summary()[0]:
+                boundary = 0.0  # The journal's first fragment: the FSM's first-write rule rolls it now.
+            elif flush > 0 and spool.first_append_time is not None and spool.fragment.content_length:
                 boundary = _next_boundary(spool.first_append_time, flush)
             at_boundary = boundary is not None and boundary <= now and pulsed_boundary.get(name) != boundary
             due = at_boundary or now - last_pulse.get(name, 0.0) >= PULSE_INTERVAL

@@ -3,6 +3,7 @@ and a real broker (with a Journal stub) per test module."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -14,6 +15,20 @@ from broker.keyspace.etcd import EtcdProcess, parse_address
 from broker.protocol import pb_grpc
 from tests.harness import BrokerProcess, free_port, serving_broker
 from tests.s3_harness import MotoServer, use_test_credentials
+
+# Named in the report's header, so that a run's log says what a fresh install resolved.
+REPORTED_DISTRIBUTIONS = ("pyspark", "pyarrow", "numpy", "grpcio", "protobuf", "aetcd", "boto3", "moto", "typer")
+
+
+def pytest_report_header() -> str:
+    """The versions of the dependencies that have broken us before, or could."""
+    versions = []
+    for name in REPORTED_DISTRIBUTIONS:
+        try:
+            versions.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name} (not installed)")
+    return "dependencies: " + ", ".join(versions)
 
 
 @pytest.fixture(scope="session")

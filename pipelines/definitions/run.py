@@ -309,11 +309,19 @@ def first_line(err: BaseException | str) -> str:
         head = line.strip().removeprefix(": ").strip()
         if not head or head.startswith("An error occurred while calling"):
             continue
-        if head.endswith(_TRACEBACK):
-            raised = [t for t in lines[i + 1 :] if t and not t[0].isspace() and not t.startswith("SQLSTATE")]
-            head = head.removesuffix(_TRACEBACK).rstrip() + (f" {raised[-1]}" if raised else "")
+        # PySpark 4.0 puts the traceback on the header's line; 4.3 on the line after it.
+        if head.endswith(_TRACEBACK) or (i + 1 < len(lines) and lines[i + 1].strip() == _TRACEBACK):
+            raised = _raised(lines[i + 1 :])
+            head = head.removesuffix(_TRACEBACK).rstrip() + (f" {raised}" if raised else "")
         return head
     return type(err).__name__ if isinstance(err, BaseException) else "failed"
+
+
+def _raised(traceback: list[str]) -> str | None:
+    """The first line of the exception a Python traceback ends with (its message may span lines)."""
+    frames = [i for i, line in enumerate(traceback) if line.startswith("  File ")]
+    after = traceback[frames[-1] + 1 :] if frames else traceback
+    return next((t for t in after if t and not t[0].isspace() and t != _TRACEBACK), None)
 
 
 def _run_error(pipeline: Pipeline, field: str, err: BaseException | str) -> PipelineRunError:

@@ -39,6 +39,7 @@ from pipelines.source.committed import CommittedFilter
 from pipelines.source.lines import split_lines
 from pipelines.source.options import SourceOptions
 from pipelines.source.planning import GazettePartition, lost
+from pipelines.source.schema import ARROW_BASE
 
 log = logging.getLogger(__name__)
 
@@ -344,11 +345,11 @@ class RowBuilder:
         self.schema = schema
         self.extra = extra
         self._labels = pa.array(
-            [list((k, v) for k, v in p.journal.labels.items())], pa.map_(pa.string(), pa.list_(pa.string()))
+            [list((k, v) for k, v in p.journal.labels.items())], ARROW_BASE.field("labels").type
         )
         mod = p.mod_time * 1_000_000 if p.mod_time else None
-        self._mod_time = pa.array([mod], pa.timestamp("us", tz="UTC"))
-        self._journal = pa.array([p.journal.name], pa.string())
+        self._mod_time = pa.array([mod], ARROW_BASE.field("fragment_mod_time").type)
+        self._journal = pa.array([p.journal.name], ARROW_BASE.field("journal").type)
         self._constants: dict[str, pa.Array] = {}  # Repeated columns, sliced for each batch.
 
     def _constant(self, name: str, one: pa.Array, n: int) -> pa.Array:

@@ -6,7 +6,9 @@ from each message's JSON value (`parse=json`, implied by extra columns).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -39,23 +41,6 @@ BASE_SCHEMA = StructType(
 )
 """Columns of every row: where the message is, its bytes, its UUID parts, and its journal's labels."""
 
-BASE_NAMES = frozenset(BASE_SCHEMA.fieldNames())
-
-ARROW_BASE = pa.schema(
-    [
-        pa.field("journal", pa.string(), False),
-        pa.field("offset", pa.int64(), False),
-        pa.field("value", pa.binary()),
-        pa.field("uuid", pa.string()),
-        pa.field("producer", pa.string()),
-        pa.field("clock", pa.int64()),
-        pa.field("flags", pa.int32()),
-        pa.field("fragment_mod_time", pa.timestamp("us", tz="UTC")),
-        pa.field("labels", pa.map_(pa.string(), pa.list_(pa.string()))),
-    ]
-)
-"""The Arrow types Spark expects for the base columns (int64 for LongType, us UTC for TimestampType, ...)."""
-
 
 def source_schema(options: Mapping[str, str]) -> StructType:
     """The default schema: the base columns (validates `options` first, so errors come before Spark work)."""
@@ -80,10 +65,18 @@ def check_schema(schema: StructType, options: SourceOptions) -> list[str]:
     return extra
 
 
+# Spark's JVM takes TimestampType columns as UTC instants. PySpark 4.0-4.2 convert them so by
+# default (`timestamp_utc=True`); 4.3 asks for the zone (`timezone=`) and asserts it was given.
+_UTC_TIMESTAMPS: dict[str, Any] = (
+    {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
+)
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
-    """The Arrow schema of `schema`, with the base columns' exact types."""
-    converted = to_arrow_schema(schema)
-    fields = []
-    for f in converted:
-        fields.append(ARROW_BASE.field(f.name) if f.name in BASE_NAMES else f)
-    return pa.schema(fields)
+    """The Arrow schema Spark expects of batches of `schema` (PySpark 4.3 compares it field by field,
+    names and nullability of nested fields included)."""
+    return to_arrow_schema(schema, **_UTC_TIMESTAMPS)
+
+
+ARROW_BASE = arrow_schema(BASE_SCHEMA)
+"""The Arrow types of the base columns (int64 for LongType, microseconds in UTC for TimestampType, ...)."""
