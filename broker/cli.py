@@ -6,12 +6,25 @@ import asyncio
 import os
 import random
 import socket
-from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from broker import logs
+from broker.logs import LogFormat
+from broker.protocol import pb
+from broker.protocol.validation import (
+    MAX_SUFFIX_LEN,
+    MAX_ZONE_LEN,
+    MIN_SUFFIX_LEN,
+    MIN_ZONE_LEN,
+    TOKEN_SYMBOLS,
+    ValidationError,
+    validate_broker_spec,
+    validate_endpoint,
+    validate_token,
+)
 from broker.server import Broker, BrokerConfig
 from broker.tuning import keep_freed_memory, raise_open_file_limit
 
@@ -32,11 +45,6 @@ def _two_words() -> str:
     return f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}-{random.randrange(1000, 9999)}"
 
 
-class LogFormat(StrEnum):
-    text = "text"
-    json = "json"
-
-
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gazette"
@@ -52,57 +60,138 @@ def main_callback() -> None:
 
 @app.command()
 def serve(
-    zone: str = typer.Option("local", "--broker.zone", envvar="BROKER_ZONE", help="Availability zone of the broker."),
-    broker_id: str = typer.Option("", "--broker.id", envvar="BROKER_ID",
-                                  help="Unique ID suffix of the broker within its zone [default: random]."),
-    host: str = typer.Option("", "--broker.host", envvar="BROKER_HOST",
-                             help="Host name to advertise to peers and clients [default: hostname]."),
-    port: int = typer.Option(8080, "--broker.port", envvar="BROKER_PORT",
-                             help="Port serving gRPC and HTTP (0 picks a free one)."),
-    bind: str = typer.Option("0.0.0.0", "--broker.bind", envvar="BROKER_BIND", help="Address to listen on."),
-    limit: int = typer.Option(1024, "--broker.limit", envvar="BROKER_LIMIT",
-                              help="Maximum number of journal replicas assigned to this broker."),
-    file_root: str = typer.Option("", "--broker.file-root", envvar="BROKER_FILE_ROOT",
-                                  help="Local directory that file:// fragment stores are rooted at."),
-    max_append_rate: int = typer.Option(0, "--broker.max-append-rate", envvar="BROKER_MAX_APPEND_RATE",
-                                        help="Maximum bytes/second appended to any journal (0: unlimited)."),
-    min_append_rate: int = typer.Option(64 * 1024, "--broker.min-append-rate", envvar="BROKER_MIN_APPEND_RATE",
-                                        help="Bytes/second an append client must sustain after a second of "
-                                             "grace, or be cut off (0: no minimum)."),
-    max_replication: int = typer.Option(9, "--broker.max-replication", envvar="BROKER_MAX_REPLICATION",
-                                        help="Cap on the effective replication of every journal."),
-    max_grpc_recv_size: int = typer.Option(4 << 20, "--broker.max-grpc-recv-size",
-                                           envvar="BROKER_MAX_GRPC_RECV_SIZE",
-                                           help="Largest gRPC message the broker accepts, in bytes."),
-    etcd_address: str = typer.Option("", "--etcd.address", envvar="ETCD_ADDRESS",
-                                     help="etcd to use. Unset: an etcd at http://localhost:2379 (see "
-                                          "--etcd.embedded-port) if one answers, else an embedded one started there."),
-    etcd_port: int = typer.Option(2379, "--etcd.embedded-port", envvar="ETCD_EMBEDDED_PORT",
-                                  help="Client port of the local etcd to use or embed, without --etcd.address."),
-    etcd_peer_port: int = typer.Option(2380, "--etcd.embedded-peer-port", envvar="ETCD_EMBEDDED_PEER_PORT",
-                                       help="Peer port of an embedded etcd."),
-    etcd_prefix: str = typer.Option("/gazette/cluster", "--etcd.prefix", envvar="ETCD_PREFIX",
-                                    help="Root of the broker keyspace in etcd."),
-    etcd_lease: float = typer.Option(20.0, "--etcd.lease", envvar="ETCD_LEASE_TTL",
-                                     help="TTL in seconds of the broker's etcd lease."),
-    watch_delay: float = typer.Option(0.03, "--broker.watch-delay", envvar="BROKER_WATCH_DELAY",
-                                      help="Seconds to batch etcd watch events before applying them."),
-    state_dir: Path = typer.Option(DEFAULT_STATE_DIR, "--broker.state-dir", envvar="BROKER_STATE_DIR",
-                                   help="Directory for spools and the embedded etcd's data."),
-    log_level: str = typer.Option("info", "--log.level", envvar="LOG_LEVEL",
-                                  help="Logging level: debug, info, warn, error."),
-    log_format: LogFormat = typer.Option(LogFormat.text, "--log.format", envvar="LOG_FORMAT",
-                                         help="Logging format."),
+    zone: Annotated[
+        str,
+        typer.Option("--broker.zone", envvar="BROKER_ZONE", help="Availability zone of the broker."),
+    ] = "local",
+    broker_id: Annotated[
+        str,
+        typer.Option(
+            "--broker.id", envvar="BROKER_ID",
+            help="Unique ID suffix of the broker within its zone (default: random).",
+        ),
+    ] = "",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--broker.host", envvar="BROKER_HOST",
+            help="Host name to advertise to peers and clients (default: hostname).",
+        ),
+    ] = "",
+    port: Annotated[
+        int,
+        typer.Option("--broker.port", envvar="BROKER_PORT", help="Port serving gRPC and HTTP (0 picks a free one)."),
+    ] = 8080,
+    bind: Annotated[str, typer.Option("--broker.bind", envvar="BROKER_BIND", help="Address to listen on.")] = "0.0.0.0",
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--broker.limit", envvar="BROKER_LIMIT",
+            help="Maximum number of journal replicas assigned to this broker.",
+        ),
+    ] = 1024,
+    file_root: Annotated[
+        str,
+        typer.Option(
+            "--broker.file-root", envvar="BROKER_FILE_ROOT",
+            help="Local directory that file:// fragment stores are rooted at.",
+        ),
+    ] = "",
+    max_append_rate: Annotated[
+        int,
+        typer.Option(
+            "--broker.max-append-rate", envvar="BROKER_MAX_APPEND_RATE",
+            help="Maximum bytes/second appended to any journal (0: unlimited).",
+        ),
+    ] = 0,
+    min_append_rate: Annotated[
+        int,
+        typer.Option(
+            "--broker.min-append-rate", envvar="BROKER_MIN_APPEND_RATE",
+            help="Bytes/second an append client must sustain after a second of grace, or be cut off (0: no minimum).",
+        ),
+    ] = 64 * 1024,
+    max_replication: Annotated[
+        int,
+        typer.Option(
+            "--broker.max-replication", envvar="BROKER_MAX_REPLICATION",
+            help="Cap on the effective replication of every journal.",
+        ),
+    ] = 9,
+    max_grpc_recv_size: Annotated[
+        int,
+        typer.Option(
+            "--broker.max-grpc-recv-size", envvar="BROKER_MAX_GRPC_RECV_SIZE",
+            help="Largest gRPC message the broker accepts, in bytes.",
+        ),
+    ] = 4 << 20,
+    etcd_address: Annotated[
+        str,
+        typer.Option(
+            "--etcd.address", envvar="ETCD_ADDRESS",
+            help=(
+                "etcd to use. Unset: an etcd at http://localhost:2379 (see --etcd.embedded-port) if one answers, "
+                "else an embedded one started there."
+            ),
+        ),
+    ] = "",
+    etcd_port: Annotated[
+        int,
+        typer.Option(
+            "--etcd.embedded-port", envvar="ETCD_EMBEDDED_PORT",
+            help="Client port of the local etcd to use or embed, without --etcd.address.",
+        ),
+    ] = 2379,
+    etcd_peer_port: Annotated[
+        int,
+        typer.Option(
+            "--etcd.embedded-peer-port", envvar="ETCD_EMBEDDED_PEER_PORT",
+            help="Peer port of an embedded etcd.",
+        ),
+    ] = 2380,
+    etcd_prefix: Annotated[
+        str,
+        typer.Option("--etcd.prefix", envvar="ETCD_PREFIX", help="Root of the broker keyspace in etcd."),
+    ] = "/gazette/cluster",
+    etcd_lease: Annotated[
+        float,
+        typer.Option("--etcd.lease", envvar="ETCD_LEASE_TTL", help="TTL in seconds of the broker's etcd lease."),
+    ] = 20.0,
+    watch_delay: Annotated[
+        float,
+        typer.Option(
+            "--broker.watch-delay", envvar="BROKER_WATCH_DELAY",
+            help="Seconds to batch etcd watch events before applying them.",
+        ),
+    ] = 0.03,
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            "--broker.state-dir", envvar="BROKER_STATE_DIR",
+            help="Directory for spools and the embedded etcd's data.",
+        ),
+    ] = DEFAULT_STATE_DIR,
+    log_level: Annotated[
+        str,
+        typer.Option("--log.level", envvar="LOG_LEVEL", help="Logging level: debug, info, warn, error."),
+    ] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option("--log.format", envvar="LOG_FORMAT", help="Logging format."),
+    ] = LogFormat.text,
 ) -> None:
     """Serve as a Gazette broker."""
     if log_level.lower() not in logs.LEVELS:
         raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
                                  param_hint="--log.level")
+    broker_id = broker_id or _two_words()
+    host = host or socket.gethostname()
+    _check_identity(zone, broker_id, f"http://{host}:{port}", limit)
     logs.configure(log_level, log_format.value)
     keep_freed_memory()
     raise_open_file_limit()
     config = BrokerConfig(
-        zone=zone, id=broker_id or _two_words(), host=host or socket.gethostname(), port=port, bind=bind,
+        zone=zone, id=broker_id, host=host, port=port, bind=bind,
         limit=limit, file_root=file_root, max_append_rate=max_append_rate, min_append_rate=min_append_rate,
         max_replication=max_replication,
         max_grpc_recv_size=max_grpc_recv_size, etcd_address=etcd_address or None, etcd_prefix=etcd_prefix,
@@ -110,6 +199,26 @@ def serve(
         etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir,
     )
     asyncio.run(_serve(config))
+
+
+def _check_identity(zone: str, broker_id: str, endpoint: str, limit: int) -> None:
+    """Refuse, before anything starts, an identity peers would reject on every replicated append."""
+    checks = [
+        ("--broker.zone", lambda: validate_token(zone, TOKEN_SYMBOLS, MIN_ZONE_LEN, MAX_ZONE_LEN)),
+        ("--broker.id", lambda: validate_token(broker_id, TOKEN_SYMBOLS, MIN_SUFFIX_LEN, MAX_SUFFIX_LEN)),
+        ("--broker.host", lambda: validate_endpoint(endpoint)),
+        ("--broker.limit", lambda: validate_broker_spec(pb.BrokerSpec(
+            process_spec=pb.ProcessSpec(id=pb.ProcessSpec.ID(zone=zone, suffix=broker_id), endpoint=endpoint),
+            journal_limit=max(limit, 0),
+        ))),
+    ]
+    for flag, check in checks:
+        try:
+            check()
+        except ValidationError as err:
+            raise typer.BadParameter(str(err), param_hint=flag) from None
+    if limit < 0:
+        raise typer.BadParameter(f"must be >= 0, not {limit}", param_hint="--broker.limit")
 
 
 async def _serve(config: BrokerConfig) -> None:

@@ -67,11 +67,13 @@ class OnePortListener:
         """The bound TCP port (the one picked by the OS when constructed with port 0)."""
         return self._port
 
-    async def start(self) -> None:
-        """Bind and start accepting connections."""
+    async def start(self, serve: bool = True) -> None:
+        """Bind, and start accepting connections unless `serve` is False (then see `serve()`):
+        until then connections wait in the backlog."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024
+            lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024,
+            start_serving=serve,
         )
         ports = {sock.getsockname()[1] for sock in server.sockets}
         if self.requested_port == 0 and len(ports) > 1:
@@ -80,9 +82,16 @@ class OnePortListener:
             port = server.sockets[0].getsockname()[1]
             server.close()
             await server.wait_closed()
-            server = await loop.create_server(lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024)
+            server = await loop.create_server(
+                lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024, start_serving=serve
+            )
         self._server = server
         self._port = server.sockets[0].getsockname()[1]
+
+    async def serve(self) -> None:
+        """Start accepting connections on the socket `start(serve=False)` bound."""
+        assert self._server is not None, "start() first"
+        await self._server.start_serving()
 
     async def close(self, grace: float = 0.0) -> None:
         """Stop accepting; close HTTP connections now and gRPC relays after up to `grace` seconds.

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from enum import StrEnum
 from typing import Any
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
@@ -40,6 +41,14 @@ class JSONFormatter(logging.Formatter):
         if record.exc_info:
             doc["error"] = self.formatException(record.exc_info)
         return json.dumps(doc)
+
+
+class LogFormat(StrEnum):
+    """Values of `--log.format`; `color` is accepted and prints as `text`."""
+
+    text = "text"
+    json = "json"
+    color = "color"
 
 
 LEVELS = ("debug", "info", "warn", "warning", "error", "fatal", "panic")

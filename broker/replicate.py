@@ -1,4 +1,11 @@
-"""The replica side of the Replicate RPC: apply a primary's proposals and content to the local spool."""
+"""The replica side of the Replicate RPC: apply a primary's proposals and content to the local spool.
+
+A replica applies content only inside a proposal it accepted, from a stream whose route is its
+own and names another broker as primary: the journal's primary refuses Replicate streams, a
+proposal for another journal ends the stream, and so does content after a proposal it refused.
+Anything refused leaves the spool as the last accepted proposal left it. (Authenticating the
+peer that sends the stream comes with broker authentication.)
+"""
 
 from __future__ import annotations
 
@@ -37,6 +44,10 @@ async def serve_replicate(
     if not routes_equivalent(res.route, first.header.route):
         yield pb.ReplicateResponse(status=pb.WRONG_ROUTE, header=res.header)
         return
+    if 0 <= res.route.primary < len(res.route.members) and same_id(
+        res.route.members[res.route.primary], state.resolver.local_id
+    ):
+        raise ReplicationError("this broker is the journal's primary: it accepts no Replicate stream", journal)
     replica = res.replica
     assert replica is not None
     async with replica.lock:
@@ -46,11 +57,17 @@ async def serve_replicate(
             await pipeline.close()
         spool = replica.spool
         header_sent = False
+        accepted = False  # Whether the last proposal was accepted: content may follow it.
         req: pb.ReplicateRequest | None = first
         try:
             while req is not None:
+                if req.HasField("proposal") and req.proposal.journal != journal:
+                    raise ReplicationError(f"proposal for another journal ({req.proposal.journal})", journal)
+                if not req.HasField("proposal") and not accepted:
+                    raise ReplicationError("content without an accepted proposal", journal, spool.end + spool.delta)
                 resp = spool.apply(req)
                 if req.HasField("proposal"):
+                    accepted = resp.status == pb.OK
                     if req.acknowledge:
                         if not header_sent:
                             resp.header.CopyFrom(res.header)

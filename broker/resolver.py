@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from broker.keyspace import KeySpace
 from broker.pipeline import same_id
 from broker.protocol import pb
+from broker.protocol.paths import journal_of
 from broker.replica import Replica
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,6 @@ class Resolution:
     @property
     def route(self) -> pb.Route:
         return self.header.route
-
-
-def journal_of(name: str) -> str:
-    """The journal a name refers to, dropping any `;meta` suffix."""
-    return name.split(";", 1)[0]
 
 
 class Resolver:

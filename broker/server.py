@@ -4,6 +4,7 @@ replicas, the gRPC service on an internal socket, and the public one-port listen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -36,6 +37,9 @@ from broker.state import BrokerState
 from broker.stores import StoreRegistry
 
 log = logging.getLogger(__name__)
+
+HANDOFF_TIMEOUT = 60.0
+"""Seconds an exiting broker waits for its journals to be assigned to other members."""
 
 
 @dataclass
@@ -147,7 +151,8 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.local_id = pb.ProcessSpec.ID(zone=config.zone, suffix=config.id)
-        self._stop = asyncio.Event()
+        self._stop = asyncio.Event()  # Asked to stop: not ready, hand journals off.
+        self._handed_off = asyncio.Event()  # Then the allocator and pulses stop too.
         self._force_exit = asyncio.Event()  # A second signal: exit without waiting on persists.
         self._tasks: list[asyncio.Task[None]] = []
         self._runtime_dir = tempfile.mkdtemp(prefix="gazette-broker-")
@@ -166,13 +171,15 @@ class Broker:
         self.keyspace = KeySpace(client, cfg.etcd_prefix, watch_delay=cfg.watch_delay)
         await self.keyspace.load()
 
-        # The public port must be bound before announcing, so the advertised endpoint is real.
+        # The public port is bound before announcing, so the advertised endpoint is real, but it
+        # accepts connections only once the mirror has caught up with the announcement: a broker
+        # restarted under its old --broker.id must not serve the assignments of its dead self.
         self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
         self.gateway = HttpGateway(self.gateway_channel, ready=lambda: not self._stop.is_set())
         self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway)
-        await self.listener.start()
+        await self.listener.start(serve=False)
         cfg.port = self.listener.port
 
         core = BrokerCore(
@@ -194,11 +201,12 @@ class Broker:
             asyncio.create_task(
                 run_allocator(
                     client, self.keyspace, member_key(cfg.etcd_prefix, cfg.zone, cfg.id),
-                    cfg.max_replication, self._stop,
+                    cfg.max_replication, self._handed_off,
                 )
             )
         )
-        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._stop)))
+        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._handed_off)))
+        await self.listener.serve()
         log.info(
             "broker serving",
             extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint},
@@ -223,9 +231,12 @@ class Broker:
         self._stop.set()
 
     async def stop(self) -> None:
-        """Stop taking requests, roll and persist every spool, release the member key, stop etcd."""
+        """Hand journals off to other members, stop taking requests, roll and persist every spool,
+        release the member key, stop etcd."""
         self._stop.set()
         log.info("broker stopping")
+        await self._hand_off()
+        self._handed_off.set()
         await asyncio.gather(self.listener.close(), self.grpc_server.stop(grace=2.0))
         for replica in list(self.resolver.replicas.values()):
             await replica.flush()
@@ -242,6 +253,38 @@ class Broker:
         await self.persistence.close()
         await self.etcd.close()
         log.info("broker stopped")
+
+    async def _hand_off(self) -> None:
+        """In a cluster, announce that this broker is exiting and keep serving until the allocator
+        has assigned its journals to other members, so that clients see no error (Gazette does the
+        same). Alone, or once forced to exit or past HANDOFF_TIMEOUT, it goes on to stop."""
+        if getattr(self, "announcement", None) is None or self.announcement.lost:
+            return
+        keyspace, me = self.keyspace, (self.local_id.zone, self.local_id.suffix)
+        others = [m for mid, m in keyspace.members.items()
+                  if mid != me and not m.spec.exiting and m.spec.journal_limit > 0]
+        if not others:
+            return
+        try:
+            await self.announcement.set_exiting()
+        except Exception as exc:  # etcd unreachable, or the key is gone: nothing to hand off.
+            log.warning("announcing exit failed", extra={"error": str(exc)})
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HANDOFF_TIMEOUT
+
+        def mine() -> list[str]:
+            return sorted({a.journal for a in keyspace.all_assignments() if (a.zone, a.suffix) == me})
+
+        log.info("handing journals off before exiting", extra={"journals": len(mine())})
+        while (held := mine()) and not self._force_exit.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("journals not handed off in time; exiting anyway", extra={"journals": held[:10]})
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(keyspace.wait_for_change(), min(remaining, 1.0))
+        log.info("journals handed off")
 
     async def _persist_spools(self) -> bool:
         """Wait until every rolled spool is persisted, reporting progress, unless forced to exit.
@@ -297,6 +340,7 @@ class Broker:
     async def abort(self) -> None:
         """Undo a partial start: close whatever was opened, and stop an embedded etcd."""
         self._stop.set()
+        self._handed_off.set()
         for closer in ("listener", "grpc_server"):
             obj = getattr(self, closer, None)
             if obj is not None:

@@ -44,6 +44,16 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
     raise AssertionError("unreachable")
 
 
+async def _abort_proxied(
+    context: grpc.aio.ServicerContext, exc: grpc.aio.AioRpcError, journal: str, header: pb.Header
+) -> NoReturn:
+    """End an RPC whose proxied call failed with the peer's status, which clients know how to
+    handle (UNAVAILABLE for a peer that is gone: retry once the route has changed)."""
+    peer = f"{header.process_id.zone}#{header.process_id.suffix}"
+    log.info("proxied call failed", extra={"journal": journal, "peer": peer, "code": exc.code().name})
+    await _abort(context, exc.code(), f"proxying {journal} to {peer}: {exc.details()}")
+
+
 class JournalService(pb_grpc.JournalServicer):
     """Implements protocol.Journal over a BrokerState."""
 
@@ -159,8 +169,11 @@ class JournalService(pb_grpc.JournalServicer):
             yield pb.ReadResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
             return
         if not same_id(res.header.process_id, self.state.resolver.local_id):
-            async for resp in self._proxy_read(request, res.header):
-                yield resp
+            try:
+                async for resp in self._proxy_read(request, res.header):
+                    yield resp
+            except grpc.aio.AioRpcError as exc:
+                await _abort_proxied(context, exc, request.journal, res.header)
             return
         assert res.replica is not None
         journal = res.spec.name if res.spec else request.journal
@@ -208,7 +221,10 @@ class JournalService(pb_grpc.JournalServicer):
         if append.response is not None:
             return append.response
         if append.proxy is not None:
-            return await self._proxy_append(first, append.proxy.header, request_iterator)
+            try:
+                return await self._proxy_append(first, append.proxy.header, request_iterator)
+            except grpc.aio.AioRpcError as exc:
+                await _abort_proxied(context, exc, first.journal, append.proxy.header)
         try:
             resp = await append.stream(
                 _content_chunks(request_iterator, first.journal, self.state.min_append_rate)
@@ -271,7 +287,10 @@ class JournalService(pb_grpc.JournalServicer):
             proxied.CopyFrom(request)
             proxied.header.CopyFrom(res.header)
             endpoint = self.state.resolver.endpoint_of(res.header.process_id, res.route)
-            resp: pb.FragmentsResponse = await self.state.dialer.stub(endpoint).ListFragments(proxied)
+            try:
+                resp: pb.FragmentsResponse = await self.state.dialer.stub(endpoint).ListFragments(proxied)
+            except grpc.aio.AioRpcError as exc:
+                await _abort_proxied(context, exc, request.journal, res.header)
             return resp
         assert res.replica is not None
         await res.replica.index.first_refresh.wait()

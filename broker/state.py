@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.flow_control import TokenBucket, effective_rate
-from broker.keyspace import KeySpace
+from broker.keyspace import KeySpace, desired_replication
 from broker.peers import PeerDialer
 from broker.protocol import pb
 from broker.resolver import Resolver
@@ -33,9 +33,5 @@ class BrokerState:
         return bucket
 
     def desired_replication(self, spec: pb.JournalSpec) -> int:
-        level = spec.suspend.level
-        if level == pb.JournalSpec.Suspend.FULL:
-            return 0
-        if level == pb.JournalSpec.Suspend.PARTIAL:
-            return 1
-        return min(spec.replication, self.max_replication)
+        """The journal's desired replication (see the allocator's), capped by --broker.max-replication."""
+        return min(desired_replication(spec), self.max_replication)

@@ -1,29 +1,18 @@
-"""Broker address resolution for gazctl: `broker.client.config`, raising gazctl's ConfigError.
-
-The rules live in the client library (see `broker.client.config`); this module re-exports
-them so that a bad address or INI file is reported as a one-line gazctl error.
+"""gazctl's settings: each the first of its flag, its environment variable, the first `gazctl.ini`
+found (`./`, then `~/.config/gazette/`) and its default. Only the first INI file found is read,
+as Gazette's go-flags does. The broker address is `Address` in section `[journals.Broker]`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+import configparser
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
-from broker.client import config as _config
-from broker.client.config import (
-    ADDRESS_KEY,
-    BROKER_ADDRESS_ENV,
-    BROKER_SECTION,
-    DEFAULT_BROKER_ADDRESS,
-    INI_NAME,
-    DialTarget,
-    Resolved,
-    find_ini,
-    ini_paths,
-)
-from broker.client.errors import ConfigError as ClientConfigError
-from gazctl.errors import ConfigError
+from broker.client.config import BROKER_ADDRESS_ENV, DEFAULT_BROKER_ADDRESS, DialTarget, dial_target
+from broker.errors import ConfigError
 
 __all__ = [
     "ADDRESS_KEY",
@@ -41,25 +30,90 @@ __all__ = [
     "resolve_option",
 ]
 
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _raising_gazctl_errors(rule: Callable[P, T]) -> Callable[P, T]:
-    """`rule`, raising gazctl's ConfigError where the client library raises its own."""
-
-    @functools.wraps(rule)
-    def translated(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return rule(*args, **kwargs)
-        except ClientConfigError as err:
-            raise ConfigError(str(err)) from None
-
-    return translated
+INI_NAME = "gazctl.ini"
+BROKER_SECTION = "journals.Broker"
+ADDRESS_KEY = "Address"
 
 
-read_ini_option = _raising_gazctl_errors(_config.read_ini_option)
-resolve_broker_address = _raising_gazctl_errors(_config.resolve_broker_address)
-resolve_option = _raising_gazctl_errors(_config.resolve_option)
-dial_target = _raising_gazctl_errors(_config.dial_target)
+def ini_paths(cwd: Path, home: Path) -> list[Path]:
+    """The INI files looked for, in order: `./gazctl.ini`, then `~/.config/gazette/gazctl.ini`."""
+    return [cwd / INI_NAME, home / ".config" / "gazette" / INI_NAME]
+
+
+def find_ini(cwd: Path, home: Path) -> Path | None:
+    """Return the first INI file which exists, or None."""
+    return next((path for path in ini_paths(cwd, home) if path.is_file()), None)
+
+
+def read_ini_option(path: Path, section: str, key: str) -> str | None:
+    """Return option `key` of `section` in an INI file (names match case-insensitively), or None."""
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read INI file: {err}") from None
+    parser = configparser.ConfigParser(interpolation=None, strict=False, default_section="\0")
+    try:
+        # Options before any section belong to none we read; a leading header keeps them legal.
+        parser.read_string("[\0top]\n" + content, source=str(path))
+    except configparser.ParsingError as err:
+        line = err.errors[0][0] - 1 if err.errors else 1
+        lines = content.splitlines()
+        bad = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        raise ConfigError(f"{path}:{line}: invalid INI file: cannot parse {bad!r}") from None
+    except configparser.Error as err:
+        raise ConfigError(f"{path}: invalid INI file: {err.message}") from None
+    matched = next((s for s in parser.sections() if s.lower() == section.lower()), None)
+    if matched is None or not parser.has_option(matched, key):
+        return None
+    return _unquote(parser.get(matched, key).strip())
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A setting's value and where it came from: `flag`, `env`, the INI file's path, or `default`."""
+
+    value: str
+    source: str
+
+
+def resolve_option(
+    flag: str | None,
+    env_name: str,
+    section: str,
+    key: str,
+    default: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Resolved:
+    """Resolve a setting: the flag, then `$env_name`, then `key` of `section` in the INI file, then `default`."""
+    env = os.environ if env is None else env
+    if flag:
+        return Resolved(flag, "flag")
+    if env.get(env_name):
+        return Resolved(env[env_name], "env")
+    ini = find_ini(cwd or Path.cwd(), home or Path.home())
+    if ini is not None:
+        value = read_ini_option(ini, section, key)
+        if value:
+            return Resolved(value, str(ini))
+    return Resolved(default, "default")
+
+
+def resolve_broker_address(
+    flag: str | None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> str:
+    """Return the broker address: flag, then $BROKER_ADDRESS, then the INI file, then the default."""
+    return resolve_option(
+        flag, BROKER_ADDRESS_ENV, BROKER_SECTION, ADDRESS_KEY, DEFAULT_BROKER_ADDRESS, env, cwd, home
+    ).value
+
+
+def _unquote(value: str) -> str:
+    """Strip one pair of surrounding double quotes, as go-flags' INI parser does."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value

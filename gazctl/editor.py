@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from broker.client import ClientError
+from broker.errors import GazetteError
 from gazctl.errors import GazctlError
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ def edit_until_applied(initial: str, apply: Callable[[str], T], suffix: str = ".
     """Edit `initial` until `apply(edited text)` succeeds, returning its result; None if the user cancels.
 
     The user cancels by saving the text unchanged (from what they were last shown) or empty.
-    An error of `apply` (GazctlError or ClientError) reopens the editor with the error shown.
+    An error of `apply` (any GazetteError) reopens the editor with the error shown.
     """
     with tempfile.TemporaryDirectory(prefix="gazctl-edit-") as tmp:
         path = Path(tmp) / f"journals{suffix}"
@@ -86,5 +86,5 @@ def edit_until_applied(initial: str, apply: Callable[[str], T], suffix: str = ".
                 return None
             try:
                 return apply(strip_error_block(edited))
-            except (GazctlError, ClientError) as err:
+            except GazetteError as err:
                 shown = with_error_block(edited, str(err))

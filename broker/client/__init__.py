@@ -9,8 +9,9 @@
   with bounded memory (spilling to temporary files).
 - listing: `list_journals`, `iter_list_pages`, `watch_journals`, `apply_journals`, `list_fragments`,
   `list_all_fragments`, `iter_fragments`, and `JournalWatcher` (added / removed journals).
-- errors: `ClientError` and its subclasses, one per non-OK status (e.g. `WrongAppendOffset`).
-- config: broker address resolution shared with gazctl (flag, `$BROKER_ADDRESS`, `gazctl.ini`).
+- errors: `ClientError` and its subclasses, one per non-OK status (e.g. `WrongAppendOffset`);
+  `ConfigError` for an unusable address; all are `GazetteError`s (see `broker.errors`).
+- config: the broker address (the one given, `$BROKER_ADDRESS`, `http://localhost:8080`).
 """
 
 from broker.client.append_service import AppendService, AsyncAppend
@@ -21,10 +22,9 @@ from broker.client.errors import (
     STATUS_ERRORS,
     AppendOutcomeUnknown,
     ClientError,
-    ConfigError,
     DependencyFailed,
     EtcdTransactionFailed,
-    FragmentError,
+    FragmentReadError,
     FragmentStoreUnhealthy,
     IndexHasGreaterOffset,
     InsufficientJournalBrokers,
@@ -65,6 +65,7 @@ from broker.client.listing import (
 )
 from broker.client.reader import Reader, RetryReader, read_request
 from broker.client.routes import RouteCache
+from broker.errors import ConfigError, GazetteError
 
 __all__ = [
     "DEFAULT_BROKER_ADDRESS",
@@ -78,8 +79,9 @@ __all__ = [
     "DependencyFailed",
     "Dialer",
     "EtcdTransactionFailed",
-    "FragmentError",
+    "FragmentReadError",
     "FragmentStoreUnhealthy",
+    "GazetteError",
     "IndexHasGreaterOffset",
     "InsufficientJournalBrokers",
     "JournalChanges",

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 import grpc
 
+from broker.errors import GazetteError
 from broker.protocol import pb
 
 
-class ClientError(Exception):
+class ClientError(GazetteError):
     """Base of every client error. `journal` is "" and `offset` None when not applicable; `detail`
     adds context the failed operation knows (e.g. what earlier steps of it did)."""
 
@@ -34,10 +35,6 @@ class ClientError(Exception):
             where.append(f"offset {self.offset}")
         text = f"{self.message} ({', '.join(where)})" if where else self.message
         return f"{text} ({self.detail})" if self.detail else text
-
-
-class ConfigError(ClientError):
-    """A broker address or other setting (flag, environment variable, INI file) which cannot be used."""
 
 
 class ProtocolError(ClientError):
@@ -94,7 +91,7 @@ class UnexpectedEOF(ClientError):
     """A fragment's content ended before `fragment.end` (at `offset`)."""
 
 
-class FragmentError(ClientError):
+class FragmentReadError(ClientError):
     """A fragment could not be fetched or decoded, or its content ran past `fragment.end`."""
 
 

@@ -17,7 +17,8 @@ from urllib.parse import unquote, urlsplit
 
 import urllib3
 
-from broker.client.errors import ConfigError, FragmentError, UnexpectedEOF
+from broker.client.errors import FragmentReadError, UnexpectedEOF
+from broker.errors import ConfigError
 from broker.fragment.codecs import CodecError, Decompressor, decompressor
 from broker.protocol import pb
 
@@ -82,7 +83,7 @@ class FragmentReader:
         try:
             return self._decomp.decompress(raw)
         except CodecError as exc:
-            raise FragmentError(str(exc), journal=self.fragment.journal, offset=self._decoded_to) from exc
+            raise FragmentReadError(str(exc), journal=self.fragment.journal, offset=self._decoded_to) from exc
 
     async def _fill(self) -> bool:
         """Decode more content into the pending buffer; False at the fragment's end."""
@@ -101,7 +102,7 @@ class FragmentReader:
                 return False
             self._decoded_to += len(data)
             if self._decoded_to > self.fragment.end:
-                raise FragmentError(
+                raise FragmentReadError(
                     f"did not read EOF at expected Fragment.End {self.fragment.end}",
                     journal=self.fragment.journal,
                     offset=self._decoded_to,
@@ -165,11 +166,11 @@ def _open_http(url: str, fragment: pb.Fragment) -> tuple[RawSource, int]:
             timeout=urllib3.Timeout(connect=10.0, read=60.0), retries=urllib3.Retry(total=2, redirect=2),
         )
     except urllib3.exceptions.HTTPError as exc:
-        raise FragmentError(f"fetching {redact(url)}: {exc}", journal=fragment.journal) from exc
+        raise FragmentReadError(f"fetching {redact(url)}: {exc}", journal=fragment.journal) from exc
     if resp.status != 200:
         resp.drain_conn()
         resp.release_conn()
-        raise FragmentError(f"!OK fetching ({resp.status} {resp.reason}, {redact(url)})", journal=fragment.journal)
+        raise FragmentReadError(f"!OK fetching ({resp.status} {resp.reason}, {redact(url)})", journal=fragment.journal)
     if codec == pb.GZIP_OFFLOAD_DECOMPRESSION:
         gzipped = resp.headers.get("Content-Encoding", "").lower() == "gzip"
         codec = pb.GZIP if gzipped else pb.NONE
@@ -188,12 +189,12 @@ async def open_fragment_url(
         try:
             raw = await asyncio.to_thread(open, path, "rb")
         except OSError as exc:
-            raise FragmentError(f"opening {path}: {exc.strerror}", journal=fragment.journal) from exc
+            raise FragmentReadError(f"opening {path}: {exc.strerror}", journal=fragment.journal) from exc
         codec = fragment.compression_codec
     elif scheme in ("http", "https"):
         raw, codec = await asyncio.to_thread(_open_http, url, fragment)
     else:
-        raise FragmentError(f"unsupported fragment URL scheme {scheme!r} ({redact(url)})", journal=fragment.journal)
+        raise FragmentReadError(f"unsupported fragment URL scheme {scheme!r} ({redact(url)})", journal=fragment.journal)
     reader = FragmentReader(raw, fragment, codec)
     try:
         await reader.skip_to(offset)

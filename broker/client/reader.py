@@ -19,7 +19,7 @@ import grpc
 
 from broker.client.dial import JournalClient
 from broker.client.errors import (
-    FragmentError,
+    FragmentReadError,
     InsufficientJournalBrokers,
     JournalNotFound,
     NoJournalPrimaryBroker,
@@ -145,7 +145,7 @@ class Reader:
         """Up to `size` bytes (a whole received chunk if negative); b"" when the read has ended.
 
         Blocks while a blocking read waits for content. Raises OffsetJump (and stays usable),
-        a StatusError for a non-OK status, TransportError, or FragmentError/UnexpectedEOF for a
+        a StatusError for a non-OK status, TransportError, or FragmentReadError/UnexpectedEOF for a
         directly read fragment.
         """
         if size == 0:
@@ -407,7 +407,7 @@ class RetryReader:
             except _ROUTING_ERRORS as exc:
                 self._restart()
                 self._note(exc, attempt, squelch=attempt == 0)
-            except (StatusError, TransportError, FragmentError, UnexpectedEOF) as exc:
+            except (StatusError, TransportError, FragmentReadError, UnexpectedEOF) as exc:
                 self._restart()
                 self._note(exc, attempt)
             else:

@@ -13,14 +13,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from broker.protocol import pb
+from broker.protocol.paths import journal_of
 
 DEFAULT_SIZE = 1024
 DEFAULT_TTL = 60.0
-
-
-def journal_of(name: str) -> str:
-    """The journal a name refers to, without any `;meta` suffix."""
-    return name.split(";", 1)[0]
 
 
 def has_endpoints(route: pb.Route) -> bool:

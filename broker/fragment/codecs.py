@@ -12,10 +12,11 @@ from typing import Protocol
 import snappy
 import zstandard
 
+from broker.fragment.errors import FragmentError
 from broker.protocol import pb
 
 
-class CodecError(ValueError):
+class CodecError(FragmentError, ValueError):
     """A fragment's codec is invalid or its content does not decode."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from broker.errors import GazetteError
 
-class FragmentError(Exception):
+
+class FragmentError(GazetteError):
     """Base of this package's errors; str() is the message, `journal` and `offset` say where."""
 
     def __init__(self, message: str, *, journal: str = "", offset: int | None = None) -> None:

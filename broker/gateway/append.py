@@ -21,6 +21,7 @@ from broker.gateway.responses import (
     WRITE_HEAD_HEADER,
     EndpointOf,
     route_headers,
+    rpc_error_status,
     rpc_error_text,
 )
 from broker.protocol import pb, pb_grpc
@@ -82,7 +83,7 @@ async def _relay_append(
     try:
         resp: pb.AppendResponse = await call
     except grpc.aio.AioRpcError as err:
-        await conn.error(500, rpc_error_text(err))
+        await conn.error(rpc_error_status(err), rpc_error_text(err))
         return
 
     try:

@@ -27,6 +27,7 @@ from broker.gateway.responses import (
     EndpointOf,
     Headers,
     route_headers,
+    rpc_error_status,
     rpc_error_text,
 )
 from broker.protocol import pb, pb_grpc
@@ -109,7 +110,7 @@ async def _relay_read(
     try:
         first = await call.read()
     except grpc.aio.AioRpcError as err:
-        await conn.error(500, rpc_error_text(err))
+        await conn.error(rpc_error_status(err), rpc_error_text(err))
         return
     if first is grpc.aio.EOF:
         await conn.error(500, "EOF")

@@ -96,6 +96,13 @@ def _location(endpoint: str, path: str) -> str | None:
     return f"{url.scheme}://{authority.group(0)}{escaped}{suffix.group(0) if suffix else ''}"
 
 
+def rpc_error_status(err: grpc.aio.AioRpcError) -> int:
+    """The HTTP status of a failed call: 503 where a retry can succeed (a peer gone, a deadline),
+    else 500 as Gazette's gateway answers every RPC error."""
+    retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return 503 if err.code() in retryable else 500
+
+
 def rpc_error_text(err: grpc.aio.AioRpcError) -> str:
     """The text of a gRPC error as Go's grpc-go formats it."""
     code = err.code()

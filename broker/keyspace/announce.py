@@ -28,8 +28,9 @@ from broker.protocol import pb
 
 LEASE_TTL = 20.0
 """Seconds of the member's session lease (`--etcd.lease`)."""
-RETRY_INTERVAL = 10.0
-"""Seconds between announce attempts while the key is held under another lease."""
+RETRY_INTERVAL = 0.5
+"""Seconds between announce attempts while the key is held under another lease (a restarted
+process's predecessor, whose lease etcd expires within its TTL)."""
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Announcement:
             self.lease_id = lease.id
             self._keepalive = asyncio.create_task(self._keep_alive(), name=f"lease-keepalive {self.key}")
         value = self.spec.SerializeToString()
+        warned = False
         while True:
             if self.lost:
                 raise LeaseLostError(f"lease {self.lease_id:x} lost while announcing {self.key}")
@@ -87,13 +89,14 @@ class Announcement:
                 self.revision = kvs[0].mod_revision
                 break
             held = f"{kvs[0].lease:x}" if kvs else "?"
-            self.log.warning(
-                "member key %s is held under another lease (%s), likely a previous process with the "
-                "same --broker.id; retrying in %gs",
-                self.key,
-                held,
-                self.retry_interval,
-            )
+            if not warned:
+                warned = True
+                self.log.warning(
+                    "member key %s is held under another lease (%s), likely a previous process with the "
+                    "same --broker.id; waiting for it to be released or to expire (at most its TTL)",
+                    self.key,
+                    held,
+                )
             await asyncio.sleep(self.retry_interval)
         self.log.info("announced %s under lease %x at revision %d", self.key, self.lease_id, self.revision)
         return self.revision

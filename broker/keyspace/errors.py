@@ -1,7 +1,9 @@
 """Errors raised by the etcd keyspace: connection, mirror, announcement and allocation."""
 
+from broker.errors import GazetteError
 
-class KeySpaceError(Exception):
+
+class KeySpaceError(GazetteError):
     """Base class of every error raised by `broker.keyspace`."""
 
 

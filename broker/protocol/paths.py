@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.errors import GazetteError
+
+
+def journal_of(name: str) -> str:
+    """The journal a name refers to, dropping any `;meta` suffix (Gazette's `Journal.StripMeta`)."""
+    return name.split(";", 1)[0]
+
 
 def go_clean(path: str) -> str:
     """Return the shortest path equivalent to `path` by purely lexical processing (Go `path.Clean`).
@@ -57,7 +64,7 @@ def go_clean(path: str) -> str:
     return "".join(out)
 
 
-class URLError(ValueError):
+class URLError(GazetteError, ValueError):
     """A URL that Go's `net/url.Parse` rejects; str() matches Go's error text."""
 
 

@@ -18,6 +18,7 @@ from google.protobuf import text_format
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from broker.errors import GazetteError
 from broker.protocol import labels as lbl
 from broker.protocol import pb
 from broker.protocol.paths import GoURL, URLError, go_clean, parse_url
@@ -43,7 +44,7 @@ MAX_BROKER_JOURNAL_LIMIT = 1 << 17
 MAX_FRAGMENTS_PAGE_LIMIT = 10000
 
 
-class ValidationError(ValueError):
+class ValidationError(GazetteError, ValueError):
     """A malformed value; str() is the dotted field context, `: `, then the message."""
 
     def __init__(self, message: str, context: Sequence[str] = ()) -> None:

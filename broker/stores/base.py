@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlparse
 
+from broker.errors import GazetteError
 
-class StoreError(Exception):
+
+class StoreError(GazetteError):
     """A fragment store operation failed; carries the store URL and the path."""
 
     def __init__(self, message: str, store: str = "", path: str = "") -> None:

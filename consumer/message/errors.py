@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from broker.errors import GazetteError
 
-class MessageError(Exception):
+
+class MessageError(GazetteError):
     """Base of every error raised by `consumer.message`."""
 
     def __init__(

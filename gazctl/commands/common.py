@@ -24,8 +24,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from broker import logs
-from broker.client import ClientError, EtcdTransactionFailed, JournalClient, TransportError
+from broker.client import EtcdTransactionFailed, JournalClient, TransportError
+from broker.errors import ConfigError, GazetteError
+from broker.logs import LogFormat
 from broker.protocol import pb
+from broker.protocol.selectors import parse_selector
 from broker.protocol.validation import validate_list_request
 from gazctl.config import (
     ADDRESS_KEY,
@@ -37,8 +40,7 @@ from gazctl.config import (
     dial_target,
     resolve_option,
 )
-from gazctl.errors import ConfigError, GazctlError
-from gazctl.selectors import parse_selector
+from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
 
@@ -54,14 +56,6 @@ class LogLevel(StrEnum):
     warn = "warn"
     error = "error"
     fatal = "fatal"
-
-
-class LogFormat(StrEnum):
-    """Values of `--log.format`; `color` is accepted and prints as `text`."""
-
-    text = "text"
-    json = "json"
-    color = "color"
 
 
 BrokerAddressOption = Annotated[
@@ -180,12 +174,13 @@ def setup(
 def reported() -> Iterator[None]:
     """Report an error raised within the block as one line on stderr, and exit with status 1.
 
-    GazctlError and the client's ClientError are the errors a user can act on; Ctrl-C exits 130
-    and a closed stdout (e.g. `| head`) exits quietly.
+    Every GazetteError (gazctl's own and those of the packages it drives) is one a user can act on;
+    Ctrl-C exits 130 and a closed stdout (e.g. `| head`) exits quietly. This is the one place gazctl
+    turns errors into messages and exit codes.
     """
     try:
         yield
-    except (GazctlError, ClientError) as err:
+    except GazetteError as err:
         sys.stderr.write(f"error: {err}{_hint(err)}\n")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from broker.specs import SpecError
 from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
@@ -32,7 +33,7 @@ from gazctl.commands.common import (
     setup,
     stdout_console,
 )
-from gazctl.errors import GazctlError, SpecError
+from gazctl.errors import GazctlError
 from pipelines.definitions.load import check_run_flags, find, load_dir
 from pipelines.definitions.model import Pipeline
 

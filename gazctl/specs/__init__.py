@@ -1,2 +1,2 @@
-"""Spec trees: journalspace YAML (strict decoding, flattening, hoisting), and in `gitops` the
+"""Spec trees: journalspace YAML (decoded strictly with `broker.specs`, flattened, hoisted), and in `gitops` the
 reconciler of spec directories (jinja2 templating, plan/diff, guarded sync)."""

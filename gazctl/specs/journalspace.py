@@ -38,10 +38,10 @@ from broker.protocol.validation import (
     validate_journal,
     validate_label_set,
 )
-from gazctl.errors import SpecError
-from gazctl.specs import journalspec, strict
-from gazctl.specs.durations import format_duration, from_proto, to_proto
-from gazctl.specs.strict import At
+from broker.specs import SpecError, strict
+from broker.specs.durations import format_duration, from_proto, to_proto
+from broker.specs.strict import At
+from gazctl.specs import journalspec
 
 __all__ = [
     "FlatSpec",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from broker.protocol import labels, pb
-from gazctl.specs.durations import from_proto, to_proto
+from broker.specs.durations import from_proto, to_proto
 
 _SCALARS = ("replication", "flags", "max_append_rate")
 _FRAGMENT_SCALARS = ("length", "compression_codec", "path_postfix_template")

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gazctl.errors import SpecError
-from gazctl.selectors import parse_selector
-from gazctl.specs import strict
-from gazctl.specs.strict import At
+from broker.protocol.selectors import parse_selector
+from broker.specs import SpecError, strict
+from broker.specs.strict import At
 from pipelines.definitions.errors import PipelineDirError, PipelineNotFound, PipelineRunError
 from pipelines.definitions.model import (
     ConsoleSink,

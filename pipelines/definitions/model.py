@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from gazctl.specs.strict import At
+from broker.specs.strict import At
 
 
 class Mode(StrEnum):

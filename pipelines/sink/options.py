@@ -23,9 +23,9 @@ from broker.client.errors import ClientError
 from broker.client.listing import list_journals
 from broker.protocol import labels as lbl
 from broker.protocol import pb
+from broker.protocol.selectors import SelectorError, parse_selector
 from consumer.message.clock import clock_at
-from gazctl.selectors import parse_selector
-from gazctl.selectors.parse import SelectorError
+from pipelines.errors import SparkPipelineError
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ TXN_CONTENT_TYPES = frozenset({lbl.CONTENT_TYPE_JSON_LINES})
 """Content types whose messages the writer stamps with Gazette UUIDs (see `pipelines.sink.txn`)."""
 
 
-class SinkError(ValueError):
+class SinkError(SparkPipelineError, ValueError):
     """A write the sink refuses: bad option, column or target journal (the message names it)."""
 
 

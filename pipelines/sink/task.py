@@ -29,6 +29,7 @@ from broker.client.dial import JournalClient
 from broker.client.errors import AppendOutcomeUnknown, ClientError
 from consumer.message.clock import clock_at
 from consumer.message.mapping import MappingFunc, modulo_mapping, random_mapping, rendezvous_mapping
+from pipelines.errors import SparkPipelineError
 from pipelines.sink.framing import FRAMERS, Framer
 from pipelines.sink.options import (
     SinkConfig,
@@ -47,7 +48,7 @@ TASK_MEMORY_BYTES = 64 << 20
 """Framed rows a task holds in memory before it spills the rest to temporary files."""
 
 
-class SinkAppendError(RuntimeError):
+class SinkAppendError(SparkPipelineError, RuntimeError):
     """Appending a task's buffered rows failed; the message says what the task had already appended."""
 
 

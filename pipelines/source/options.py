@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.client.config import dial_target, resolve_broker_address
-from broker.client.errors import ConfigError
-from gazctl.selectors import parse_selector
+from broker.errors import ConfigError
+from broker.protocol.selectors import parse_selector
+from pipelines.errors import SparkPipelineError
 
 EARLIEST = -2
 """A journal offset meaning "the journal's first offset" (Kafka's -2)."""
@@ -33,7 +34,7 @@ _BY_LOWER = {name.lower(): name for name in KNOWN}
 _IGNORED = frozenset({"path", "journal", "key", "mapping", "batchbytes"})
 
 
-class GazetteOptionError(ValueError):
+class GazetteOptionError(SparkPipelineError, ValueError):
     """An option of the `gazette` source that is missing or invalid; the message names it."""
 
 

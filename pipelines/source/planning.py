@@ -20,7 +20,8 @@ from broker.client import JournalClient, OffsetJump, OffsetNotYetAvailable, Read
 from broker.client.listing import fragments_request
 from broker.protocol import labels as lbl
 from broker.protocol import pb
-from gazctl.selectors import parse_selector
+from broker.protocol.selectors import parse_selector
+from pipelines.errors import SparkPipelineError
 from pipelines.source.options import EARLIEST, LATEST, Offsets, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ _FRAMING_BY_CONTENT_TYPE = {
 }
 
 
-class DataLossError(RuntimeError):
+class DataLossError(SparkPipelineError, RuntimeError):
     """A requested range of a journal is no longer in its fragments (and `failOnDataLoss` is true)."""
 
 

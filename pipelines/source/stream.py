@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from broker.client import JournalClient, list_journals
 from broker.protocol import pb
-from gazctl.selectors import parse_selector
+from broker.protocol.selectors import parse_selector
 from pipelines.source.batch import GazetteBatchReader
 from pipelines.source.committed import CommittedFilter
 from pipelines.source.options import EARLIEST, SourceOptions

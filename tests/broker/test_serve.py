@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,3 +79,25 @@ def test_embedded_etcd_and_second_broker(tmp_path: Path, monkeypatch: pytest.Mon
     while _alive(etcd_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(etcd_pid), "the embedded etcd outlived its broker"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--broker.id", "abc"], "Invalid value for --broker.id: invalid length (3; expected 4 <= length <= 128)"),
+        (["--broker.zone", "a@b"], "Invalid value for --broker.zone: not a valid token (a@b)"),
+        (["--broker.limit", "-1"], "Invalid value for --broker.limit: must be >= 0, not -1"),
+        (["--broker.limit", "200000"], "Invalid value for --broker.limit: invalid JournalLimit (200000;"),
+    ],
+)
+def test_identity_flags_checked_before_anything_starts(flags: list[str], message: str, tmp_path: Path) -> None:
+    # Peers refuse a 3-byte suffix on every replicated append: the broker must not start with one.
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "serve", "--etcd.address", "http://127.0.0.1:1",
+         "--broker.state-dir", str(tmp_path), *flags],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir())  # Nothing was started or written.

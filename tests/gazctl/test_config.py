@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.client import config as client_config
+from broker.errors import ConfigError
 from gazctl.config import (
     DEFAULT_BROKER_ADDRESS,
     DialTarget,
@@ -14,7 +16,6 @@ from gazctl.config import (
     read_ini_option,
     resolve_broker_address,
 )
-from gazctl.errors import ConfigError
 
 
 @pytest.fixture
@@ -118,3 +119,8 @@ def test_bad_addresses_are_config_errors(address: str) -> None:
 def test_options_before_any_section_are_allowed(dirs: tuple[Path, Path]) -> None:
     local_ini(dirs[0]).write_text("Zone = local\n[journals.Broker]\nAddress = http://a:1\n")
     assert resolve(None, {}, dirs) == "http://a:1"
+
+
+def test_gazctl_dials_as_the_client_library_does() -> None:
+    assert DialTarget is client_config.DialTarget
+    assert dial_target is client_config.dial_target

@@ -10,9 +10,9 @@ from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from broker.protocol import labels, pb
-from gazctl.errors import SpecError
+from broker.specs import SpecError
+from broker.specs.durations import DurationError, parse_duration, to_proto
 from gazctl.specs import journalspace as js
-from gazctl.specs.durations import DurationError, parse_duration, to_proto
 
 # The round-trip fixture of Gazette's node_test.go, with its `gcs://` store dropped (not a valid
 # scheme) and `revision: 17` added to the delete (a delete needs a revision).

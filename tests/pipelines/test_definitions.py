@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gazctl.errors import SpecError
+from broker.specs import SpecError
 from pipelines.definitions import (
     ConsoleSink,
     JournalsSink,
@@ -24,6 +24,7 @@ from pipelines.definitions import (
     load_text,
 )
 from pipelines.definitions.load import check_run_flags
+from pipelines.definitions.run import first_line
 from tests.harness import ROOT, run_gazctl
 
 EXAMPLES = ROOT / "examples" / "pipelines"
@@ -347,3 +348,32 @@ def test_source_options_checked_as_the_gazette_source_does(tmp_path: Path) -> No
     )
     assert str(err).startswith(f"{tmp_path / 'p.yaml'}:7:20: source.options.endingOffsets: invalid option: ")
     assert "not supported by streaming reads" in str(err)
+
+
+_WORKER_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/spark/python/pyspark/worker.py", line 1955, in func
+    yield from map(wrap, verified_iter)
+  File "/spark/python/pyspark/sql/worker/plan_data_source_read.py", line 107, in records_to_arrow_batches
+    raise PySparkRuntimeError(
+pyspark.errors.exceptions.base.PySparkRuntimeError: [DATA_SOURCE_RETURN_SCHEMA_MISMATCH] Expected: journal: string
+offset: int64 not null
+  child 0, item: string columns.
+SQLSTATE: 42K0G"""
+
+
+@pytest.mark.parametrize(
+    "spark_message",
+    [
+        # PySpark 4.0: the traceback starts on the header's line.
+        "An error occurred while calling o53.save.\n: An exception was thrown from the Python worker: "
+        + _WORKER_TRACEBACK,
+        # PySpark 4.3: the traceback starts on the line after it.
+        "An exception was thrown from the Python worker:\n" + _WORKER_TRACEBACK,
+    ],
+)
+def test_spark_errors_shown_as_their_python_exception_line(spark_message: str) -> None:
+    assert first_line(spark_message) == (
+        "An exception was thrown from the Python worker: pyspark.errors.exceptions.base.PySparkRuntimeError: "
+        "[DATA_SOURCE_RETURN_SCHEMA_MISMATCH] Expected: journal: string"
+    )

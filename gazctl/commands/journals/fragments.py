@@ -18,6 +18,7 @@ from broker.client import JournalClient, fragments_request, list_fragments, list
 from broker.fragment.names import content_name
 from broker.protocol import pb
 from broker.protocol.validation import duration_ns
+from broker.specs.durations import DurationError, parse_duration
 from broker.stores import StoreRegistry
 from gazctl.bounded import map_bounded
 from gazctl.commands.common import (
@@ -37,7 +38,6 @@ from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.fragments_table import table, to_json_line
 from gazctl.prune import JournalPrune, PruneStats, aged_fragments, needs_file_root, remove_fragment
-from gazctl.specs.durations import DurationError, parse_duration
 
 log = logging.getLogger("gazctl")
 

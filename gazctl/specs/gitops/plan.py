@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from broker.protocol import labels, pb
-from gazctl.specs.durations import format_duration, from_proto
+from broker.specs.durations import format_duration, from_proto
 from gazctl.specs.gitops.errors import OwnershipError, PruneRefused
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
 from gazctl.specs.gitops.tree import SpecTree

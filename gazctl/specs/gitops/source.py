@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.protocol import pb
+from broker.protocol.labels import MANAGED_BY
 from broker.protocol.validation import ValidationError, validate_label
 from gazctl.specs.gitops.errors import OwnershipError
 
-MANAGED_BY = "app.gazette.dev/managed-by"
 """The ownership label (Gazette's labels.ManagedBy convention): the spec repository that manages a journal."""
 SPEC_SHA1 = "gitops.gazette.dev/spec-sha1"
 """SHA-1 of the spec sync last applied to a journal: a journal whose spec no longer hashes to it drifted."""

@@ -21,9 +21,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from broker.protocol import pb
-from gazctl.specs import journalspace, strict
+from broker.specs import strict
+from broker.specs.strict import At
+from gazctl.specs import journalspace
 from gazctl.specs.gitops.errors import TreeError
-from gazctl.specs.strict import At
 
 YAML_SUFFIXES = (".yaml", ".yml")
 TEMPLATE_SUFFIX = ".j2"

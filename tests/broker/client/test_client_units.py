@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import gazctl.config
-import gazctl.errors
 from broker import client
 from broker.client import (
     STATUS_ERRORS,
     ClientError,
     ConfigError,
-    FragmentError,
+    FragmentReadError,
     JournalClient,
     OffsetJump,
     ProtocolError,
@@ -127,41 +125,25 @@ def test_journal_client_endpoint_choice() -> None:
 # --- Configuration -------------------------------------------------------------------------------
 
 
-def test_address_precedence_flag_env_ini_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cwd, home = tmp_path / "cwd", tmp_path / "home"
-    cwd.mkdir()
-    (home / ".config" / "gazette").mkdir(parents=True)
+def test_address_precedence_given_env_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     resolve = client_config.resolve_broker_address
-    assert resolve(None, {}, cwd, home) == client_config.DEFAULT_BROKER_ADDRESS == "http://localhost:8080"
-    (home / ".config" / "gazette" / "gazctl.ini").write_text("[journals.Broker]\nAddress = http://home:1\n")
-    assert resolve(None, {}, cwd, home) == "http://home:1"
-    (cwd / "gazctl.ini").write_text("[journals.Broker]\nAddress = http://local:2\n")
-    assert resolve(None, {}, cwd, home) == "http://local:2"
-    assert resolve(None, {"BROKER_ADDRESS": "http://env:3"}, cwd, home) == "http://env:3"
-    assert resolve("http://flag:4", {"BROKER_ADDRESS": "http://env:3"}, cwd, home) == "http://flag:4"
+    assert resolve(None, {}) == client_config.DEFAULT_BROKER_ADDRESS == "http://localhost:8080"
+    assert resolve(None, {"BROKER_ADDRESS": ""}) == "http://localhost:8080"
+    assert resolve(None, {"BROKER_ADDRESS": "http://env:3"}) == "http://env:3"
+    assert resolve("http://given:4", {"BROKER_ADDRESS": "http://env:3"}) == "http://given:4"
 
-    # JournalClient uses the same rules when given no address.
+    # JournalClient uses the same rules when given no address; gazctl's INI files are gazctl's alone.
     monkeypatch.setenv("BROKER_ADDRESS", "http://from-env:9")
     assert JournalClient().address == "http://from-env:9"
-    monkeypatch.chdir(cwd)
+    (tmp_path / "gazctl.ini").write_text("[journals.Broker]\nAddress = http://local:2\n")
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BROKER_ADDRESS")
-    assert JournalClient().address == "http://local:2"
+    assert JournalClient().address == "http://localhost:8080"
 
 
-def test_config_errors_and_the_gazctl_reexport(tmp_path: Path) -> None:
+def test_bad_address_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="invalid broker address"):
         JournalClient("localhost:8080")
-    # gazctl re-exports the client's rules, raising its own one-line ConfigError.
-    assert gazctl.config.DialTarget is client_config.DialTarget
-    assert gazctl.config.dial_target("http://b:1") == client_config.dial_target("http://b:1")
-    with pytest.raises(gazctl.errors.ConfigError, match="invalid broker address"):
-        gazctl.config.dial_target("ftp://b:1")
-    bad = tmp_path / "gazctl.ini"
-    bad.write_text("[journals.Broker]\nnot an option line\n")
-    with pytest.raises(gazctl.errors.ConfigError, match=r"gazctl\.ini:2: invalid INI file"):
-        gazctl.config.resolve_broker_address(None, {}, cwd=tmp_path, home=tmp_path)
-    with pytest.raises(ConfigError, match=r"gazctl\.ini:2: invalid INI file"):
-        client_config.resolve_broker_address(None, {}, cwd=tmp_path, home=tmp_path)
 
 
 # --- Direct fragment reads -----------------------------------------------------------------------
@@ -202,18 +184,18 @@ async def test_file_fragment_errors(tmp_path: Path) -> None:
             pass
     (tmp_path / "long").write_bytes(CONTENT)
     reader = await open_fragment_url(fragment(pb.NONE, end=BEGIN + 100), "file:///long", BEGIN, file_root=str(tmp_path))
-    with pytest.raises(FragmentError, match=r"did not read EOF at expected Fragment\.End"):
+    with pytest.raises(FragmentReadError, match=r"did not read EOF at expected Fragment\.End"):
         await reader.read()
     with pytest.raises(ConfigError, match="pass file_root"):
         await open_fragment_url(fragment(pb.NONE), "file:///long", BEGIN)
-    with pytest.raises(FragmentError, match="opening"):
+    with pytest.raises(FragmentReadError, match="opening"):
         await open_fragment_url(fragment(pb.NONE), "file:///missing", BEGIN, file_root=str(tmp_path))
     (tmp_path / "corrupt").write_bytes(b"not gzip at all")
-    with pytest.raises(FragmentError, match="gzip"):
+    with pytest.raises(FragmentReadError, match="gzip"):
         await open_fragment_url(fragment(pb.GZIP), "file:///corrupt", BEGIN + 1, file_root=str(tmp_path))
     # A URL cannot climb out of the file root.
     (tmp_path / "root").mkdir()
-    with pytest.raises(FragmentError, match="opening"):
+    with pytest.raises(FragmentReadError, match="opening"):
         await open_fragment_url(fragment(pb.NONE), "file:///../long", BEGIN, file_root=str(tmp_path / "root"))
 
 
@@ -274,6 +256,6 @@ async def test_http_fragment_urls(store: str) -> None:
     assert await read_all(f"{store}/offload-plain", offload, BEGIN + 54999) == CONTENT[54999:]
     assert await read_all(f"{store}/zst", fragment(pb.ZSTANDARD), BEGIN) == CONTENT
     assert _Store.accept[:3] == ["gzip", "identity", "identity"]
-    with pytest.raises(FragmentError, match="!OK fetching") as info:
+    with pytest.raises(FragmentReadError, match="!OK fetching") as info:
         await open_fragment_url(fragment(pb.NONE), f"{store}/missing?X-Amz-Signature=secret", BEGIN)
     assert "secret" not in str(info.value)  # Signatures stay out of error texts.

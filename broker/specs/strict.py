@@ -14,10 +14,26 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from gazctl.errors import SpecError
-from gazctl.specs.durations import DurationError, parse_duration
+from broker.errors import GazetteError
+from broker.specs.durations import DurationError, parse_duration
 
 T = TypeVar("T")
+
+
+class SpecError(GazetteError, ValueError):
+    """A spec file which does not decode or validate, naming the file, line, column and field."""
+
+    def __init__(self, message: str, *, file: str, line: int, column: int, field: str = "") -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
 @dataclass(frozen=True)

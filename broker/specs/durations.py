@@ -6,6 +6,7 @@ import re
 
 from google.protobuf.duration_pb2 import Duration
 
+from broker.errors import GazetteError
 from broker.protocol.validation import duration_ns, go_duration
 
 __all__ = ["DurationError", "format_duration", "from_proto", "parse_duration", "to_proto"]
@@ -24,7 +25,7 @@ _COMPONENT = re.compile(r"(\d*)(?:\.(\d*))?([^\d.]*)")
 _MAX_NS = 2**63 - 1
 
 
-class DurationError(ValueError):
+class DurationError(GazetteError, ValueError):
     """A string which is not a Go duration."""
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from broker.protocol import labels as lbl
 from broker.protocol import pb
+from broker.protocol.selectors import SelectorError, format_selector, parse_selector
 from broker.protocol.validation import ValidationError
-from gazctl.selectors import SelectorError, format_selector, parse_selector
 
 
 def ls(*nv: str) -> pb.LabelSet:
