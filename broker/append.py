@@ -9,6 +9,7 @@ acknowledge before the client is answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -92,21 +93,32 @@ class Append:
                 continue
             if res.status == pb.NO_JOURNAL_PRIMARY_BROKER and time.monotonic() < deadline:
                 # A resumed or new journal awaits the allocator: give it a moment.
-                await self.state.keyspace.wait_for_change()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.state.keyspace.wait_for_change(), deadline - time.monotonic())
                 continue
             if res.status != pb.OK:
                 self._finish(res.status, res.header)
                 return
             if not same_id(res.header.process_id, self.state.resolver.local_id):
-                self.proxy = res
-                return
+                # AwaitDesiredReplicas comes before the proxy decision too (Gazette 7.2.1).
+                awaited = await self._await_desired_replicas(res)
+                if awaited is None:
+                    self.proxy = res
+                if not awaited:
+                    return
+                continue
             assert res.replica is not None and res.spec is not None
             replica = res.replica
             await replica.lock.acquire()
             try:
                 retry = await self._with_pipeline(res, replica)
             except BaseException:
-                replica.lock.release()
+                # A pipeline whose sync failed (peers disagree, or are gone) must not serve the next
+                # append: Gazette shuts it down too.
+                try:
+                    await self._drop_pipeline(replica)
+                finally:
+                    replica.lock.release()
                 raise
             if retry:
                 replica.lock.release()
@@ -132,11 +144,22 @@ class Append:
                 await self._drop_pipeline(replica)
                 self._min_revision = exc.revision
                 return True
+
         self.pipeline = pipeline
         self.replica = replica
 
         if await self._update_assignments(res):
             return True
+        awaited = await self._await_desired_replicas(res)
+        if awaited is not None:
+            return awaited
+        return await self._validate_preconditions(res, replica, pipeline)
+
+    async def _await_desired_replicas(self, res: Resolution) -> bool | None:
+        """None if the route has the journal's desired replication; else True to re-resolve once it
+        changes (too many members: the allocator is shrinking it), or False having answered
+        INSUFFICIENT_JOURNAL_BROKERS (too few)."""
+        assert res.spec is not None
         desired = self.state.desired_replication(res.spec)
         members = len(res.route.members)
         if members > desired:
@@ -145,7 +168,7 @@ class Append:
         if members < desired:
             self._finish(pb.INSUFFICIENT_JOURNAL_BROKERS, res.header)
             return False
-        return await self._validate_preconditions(res, replica, pipeline)
+        return None
 
     async def _sync(self, pipeline: Pipeline, replica: Replica) -> None:
         """Bring every peer's spool to agreement with ours, rolling forward to the furthest peer."""
@@ -198,26 +221,42 @@ class Append:
         if not stale:
             return False
         value = route.SerializeToString()
-        _ok, revision = await txn(
+        seen = keyspace.revision
+        ok, revision = await txn(
             self.state.etcd,
             [compare_mod(a.key, a.mod_revision) for a in assignments],
             [put_op(a.key, value, ignore_lease=True) for a in stale],
             [],
         )
-        await keyspace.wait_for_revision(revision)
+        await self._await_txn(ok, revision, seen)
         return True
+
+    async def _await_txn(self, ok: bool, revision: int, seen: int) -> None:
+        """Wait until the mirror reflects a guarded write: its own revision if it applied, else the
+        newer change under the root that made it fail. (A failed txn's header revision may be one
+        the mirror never reaches: etcd's revision also moves with writes outside the root.)"""
+        keyspace = self.state.keyspace
+        target = revision if ok else seen + 1
+        try:
+            await asyncio.wait_for(keyspace.wait_for_revision(target), SETTLE_TIMEOUT)
+        except TimeoutError:
+            raise AppendError(
+                f"etcd did not reflect the journal's update at revision {target} within {SETTLE_TIMEOUT:g}s",
+                self.journal,
+            ) from None
 
     async def _write_suspend(self, res: Resolution, level: int, offset: int) -> None:
         """Write the journal's suspension state, guarded by the spec's and assignments' revisions."""
         assert res.spec is not None
         keyspace = self.state.keyspace
         assignments = [compare_mod(a.key, a.mod_revision) for a in keyspace.assignments(self.journal)]
-        _ok, revision = await write_suspend(
+        seen = keyspace.revision
+        ok, revision = await write_suspend(
             self.state.etcd, self.state.root, res.spec, res.mod_revision, level, offset, assignments
         )
         # Whether or not we won the race, re-resolve once the mirror has caught up.
-        await keyspace.wait_for_revision(revision)
-        self._min_revision = max(self._min_revision, revision)
+        await self._await_txn(ok, revision, seen)
+        self._min_revision = max(self._min_revision, keyspace.revision)
 
     async def _validate_preconditions(self, res: Resolution, replica: Replica, pipeline: Pipeline) -> bool:
         assert res.spec is not None

@@ -5,8 +5,6 @@ Each test drives `Append` directly (`prepare()`, then its status response, its p
 `inprocess.py`), with routes the test assigns itself. Section numbers refer to the broker protocol
 digest (`broker-protocol.md`): 7.2 is the FSM, 5.5 the spool, 5.6 rolling.
 
-Tests marked `xfail(strict=True)` state reference behaviour the FSM does not have (each reason says
-what it does instead); once the FSM is fixed they pass, fail as XPASS, and lose their mark.
 """
 
 from __future__ import annotations
@@ -165,11 +163,6 @@ async def test_resolve_without_primary_after_the_settle_timeout(
     assert resp.header.process_id == a.local_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Append.prepare waits for a keyspace change with no timeout, so without one it never "
-    "answers NO_JOURNAL_PRIMARY_BROKER (SETTLE_TIMEOUT is only checked after a change)",
-)
 async def test_resolve_without_primary_answers_within_the_settle_timeout(
     inproc_cluster: InProcessCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,13 +254,6 @@ async def test_update_assignments_advertises_the_route(inproc_cluster: InProcess
         f"{inproc_cluster.root}/assign/{J}#".encode())]) == written
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="when its guarded assignment update loses a race, Append._update_assignments ignores the "
-    "failure and waits for the failed txn's header revision; KeySpace.revision only advances with events "
-    "under the root, so if etcd's revision moved on elsewhere the append waits until some later write "
-    "under the root (Gazette fails the append: 'etcd transaction checks failed'). _write_suspend too",
-)
 async def test_assignment_update_that_loses_a_race_does_not_stall(
     inproc_cluster: InProcessCluster, inproc_pair: Pair
 ) -> None:
@@ -314,12 +300,6 @@ async def test_more_members_than_replication_waits_for_the_route_to_shrink(
     assert pipeline is not None and pipeline.peers == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Append.prepare proxies as soon as it resolves another primary; Gazette (7.2.1) goes through "
-    "AwaitDesiredReplicas first, so a proxying broker also waits for a shrinking route and answers "
-    "INSUFFICIENT_JOURNAL_BROKERS for a short one",
-)
 @pytest.mark.parametrize("replication", [1, 3])
 async def test_proxy_decision_awaits_desired_replication(
     inproc_cluster: InProcessCluster, inproc_pair: Pair, replication: int
@@ -437,13 +417,6 @@ async def test_sync_wrong_route_from_a_newer_peer_re_resolves(
     assert not a.replica(J).lock.locked()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync that fails on a peer's reply (PipelineError from Append._sync) leaves the pipeline in "
-    "replica.pipeline, not marked broken, so the next append reuses it without a sync (here its roll then "
-    "papers over the divergence and it succeeds; otherwise it commits on the primary before the peer "
-    "refuses). Gazette shuts the pipeline down on any gatherSync error",
-)
 async def test_sync_failure_drops_the_pipeline(inproc_cluster: InProcessCluster, inproc_pair: Pair) -> None:
     a, b = inproc_pair
     await new_journal(inproc_cluster, a, b)
