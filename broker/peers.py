@@ -12,6 +12,17 @@ from broker.protocol import pb_grpc
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
+    # gRPC's default reconnect backoff grows to 120 s, and calls fail at once while it lasts: a peer
+    # restarted on the same endpoint must be dialed again within a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # A peer that vanishes without closing its connection (a partition, a frozen host) is noticed
+    # by keepalive pings rather than by the kernel's retransmission timeout, minutes later.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 ]
 
 
