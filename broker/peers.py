@@ -13,9 +13,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
     # gRPC's default reconnect backoff grows to 120 s, and calls fail at once while it lasts: a peer
-    # restarted on the same endpoint must be dialed again within a second.
+    # restarted on the same endpoint must be dialed again within a second. (Not min_reconnect_backoff:
+    # gRPC also takes it as the connect timeout, and 100 ms fails handshakes on a loaded host.)
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
     # A peer that vanishes without closing its connection (a partition, a frozen host) is noticed
     # by keepalive pings rather than by the kernel's retransmission timeout, minutes later.
