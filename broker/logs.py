@@ -54,11 +54,32 @@ class LogFormat(StrEnum):
 LEVELS = ("debug", "info", "warn", "warning", "error", "fatal", "panic")
 
 
+class ClientMisbehaviour(logging.Filter):
+    """What grpcio logs, with a traceback, about a client rather than about us: a client that went
+    away while a response was written (logged only if grpcio has not yet seen it go), and request
+    metadata that is not UTF-8 (grpcio carries on without it). Each becomes one debug line."""
+
+    BENIGN = ("ExecuteBatchError raised in core by servicer method", "Invalid encoding on ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("grpc") and str(record.msg).startswith(self.BENIGN):
+            if record.msg.startswith("Invalid encoding on "):
+                record.msg = "a request's metadata value is not UTF-8: " + record.getMessage()[20:]
+            else:
+                record.msg = "client went away while a response was written: " + record.getMessage()
+            record.args = ()
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure(level: str, fmt: str) -> None:
     """Send logs to stderr at `level` in `fmt`."""
     name = {"warn": "WARNING", "fatal": "CRITICAL", "panic": "CRITICAL"}.get(level.lower(), level.upper())
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(ClientMisbehaviour())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(name)

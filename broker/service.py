@@ -28,6 +28,7 @@ from broker.protocol.validation import (
 )
 from broker.read import RemoteOpener, URLSigner, serve_read
 from broker.replicate import serve_replicate
+from broker.rpc_decoding import tolerant
 from broker.state import BrokerState
 from broker.stores import StoreError
 
@@ -375,7 +376,8 @@ async def _content_chunks(
 
 def add_journal_service(service: JournalService, server: grpc.aio.Server) -> None:
     """Register `service` as the generated `add_JournalServicer_to_server` does, except that
-    Append's requests are parsed by `parse_append_request`."""
+    Append's requests are parsed by `parse_append_request`, and a request that does not decode
+    ends its RPC with INTERNAL (see `rpc_decoding`)."""
 
     class Capture:
         def __init__(self) -> None:
@@ -395,5 +397,6 @@ def add_journal_service(service: JournalService, server: grpc.aio.Server) -> Non
         request_deserializer=parse_append_request,
         response_serializer=pb.AppendResponse.SerializeToString,
     )
+    handlers = {name: tolerant(handler) for name, handler in handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("protocol.Journal", handlers),))
     server.add_registered_method_handlers("protocol.Journal", handlers)

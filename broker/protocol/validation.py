@@ -38,6 +38,7 @@ MAX_JOURNAL_REPLICATION = 5
 MIN_FRAGMENT_LEN, MAX_FRAGMENT_LEN = 1 << 10, 1 << 34
 MIN_REFRESH_INTERVAL_NS, MAX_REFRESH_INTERVAL_NS = 10**9, 24 * 3600 * 10**9
 MIN_FLUSH_INTERVAL_NS = 60 * 10**9
+MAX_DURATION_NS = 2**63 - 1  # Go's time.Duration: a longer protobuf Duration does not convert.
 MIN_ZONE_LEN, MAX_ZONE_LEN = 1, 32
 MIN_SUFFIX_LEN, MAX_SUFFIX_LEN = 4, 128
 MAX_BROKER_JOURNAL_LIMIT = 1 << 17
@@ -621,6 +622,10 @@ def validate_fragments_request(req: pb.FragmentsRequest) -> None:
         ttl = duration_ns(req.signatureTTL)
         if ttl <= 0:
             raise ValidationError(f"invalid SignatureTTL ({go_duration(ttl)}; must be > 0s)")
+        if ttl > MAX_DURATION_NS:
+            raise ValidationError(
+                f"invalid SignatureTTL ({req.signatureTTL.seconds}s; must be <= {go_duration(MAX_DURATION_NS)})"
+            )
 
 
 def validate_fragment_store_health_request(req: pb.FragmentStoreHealthRequest) -> None:

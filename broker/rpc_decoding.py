@@ -1,0 +1,85 @@
+"""Requests that do not decode: their RPC ends with INTERNAL, as grpc-go answers ("grpc: error
+unmarshalling request: ..."), instead of grpcio's UNKNOWN and a traceback in the broker's log.
+
+grpcio runs a method's request deserializer where an exception is "unexpected": before a unary
+handler is called, or inside a streaming handler's request iterator. `tolerant` wraps a method
+handler so that its deserializer returns an `Undecodable` instead of raising, and its behaviour
+aborts the RPC when it meets one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
+
+import grpc
+
+
+class Undecodable:
+    """A request message that did not decode, and why."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+async def _abort(context: grpc.aio.ServicerContext, undecodable: Undecodable) -> NoReturn:
+    await context.abort(grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {undecodable.error}")
+    raise AssertionError("unreachable")
+
+
+def _deserializer(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        if parse is None:
+            return data
+        try:
+            return parse(data)
+        except Exception as exc:  # DecodeError, or a hand parser's ValueError: the bytes are the client's.
+            return Undecodable(exc)
+
+    return deserialize
+
+
+async def _checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            await _abort(context, request)
+        yield request
+
+
+def tolerant(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """`handler`, ending its RPC with INTERNAL when a request message does not decode."""
+    parse = _deserializer(handler.request_deserializer)
+    serialize = handler.response_serializer
+    if handler.unary_unary is not None:
+        unary_unary = handler.unary_unary
+
+        async def uu(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                await _abort(context, request)
+            return await unary_unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(uu, parse, serialize)
+    if handler.unary_stream is not None:
+        unary_stream = handler.unary_stream
+
+        async def us(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                await _abort(context, request)
+            async for response in unary_stream(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(us, parse, serialize)
+    if handler.stream_unary is not None:
+        stream_unary = handler.stream_unary
+
+        async def su(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await stream_unary(_checked(requests, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(su, parse, serialize)
+    stream_stream = handler.stream_stream
+
+    async def ss(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async for response in stream_stream(_checked(requests, context), context):
+            yield response
+
+    return grpc.stream_stream_rpc_method_handler(ss, parse, serialize)
