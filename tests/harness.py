@@ -230,3 +230,171 @@ class LineReader:
                 left = deadline - time.monotonic()
                 assert left > 0, f"no line matching {pattern!r} in {self.lines!r}"
                 self._cond.wait(left)
+
+
+# Clusters whose brokers are killed and restarted as a scheduler does (tests/broker/test_cluster_chaos.py,
+# tests/benchmarks/chaos.py).
+
+
+class ClusterSlot:
+    """One place of a BrokerCluster (a pod): its zone and the broker running there now."""
+
+    def __init__(self, zone: str, proc: BrokerProcess, state_dir: Path) -> None:
+        self.zone = zone
+        self.proc = proc
+        self.state_dir = state_dir
+        """The state directory of the running broker (a restart under the same ID keeps it)."""
+        self.generation = 0
+        """How many times the slot's broker was replaced."""
+
+    @property
+    def member(self) -> tuple[str, str]:
+        """The running broker's (zone, suffix)."""
+        return self.zone, self.proc.broker_id
+
+
+class BrokerCluster:
+    """`gazette serve` brokers of one keyspace root, one per zone, sharing a `file://` root at `tmp/fragments`.
+
+    `kill` signals a slot's broker and waits for it to exit; `restart` starts its successor: under the
+    same --broker.id, state dir and port (a restarted container), or a new ID, a fresh state dir and a new
+    port (a rescheduled pod). Every incarnation's log is kept (`processes`).
+    """
+
+    def __init__(
+        self, tmp: Path, etcd: str, prefix: str, zones: tuple[str, ...] = ("a", "b", "c"), *,
+        lease: float = 5.0, extra: tuple[str, ...] = (),
+    ) -> None:
+        self.tmp, self.etcd, self.prefix, self.lease, self.extra = tmp, etcd, prefix, lease, extra
+        self.file_root = tmp / "fragments"
+        self.file_root.mkdir(parents=True, exist_ok=True)
+        self.zones = zones
+        self.slots: list[ClusterSlot] = []
+        self.processes: list[BrokerProcess] = []
+        self._ids = 0
+        self._ports: set[int] = set()
+
+    def _spawn(self, zone: str, broker_id: str, state_dir: Path | None, port: int | None) -> BrokerProcess:
+        args = ["--broker.zone", zone, "--broker.file-root", str(self.file_root), "--etcd.lease", str(self.lease)]
+        if state_dir is not None:
+            # BrokerProcess passes a fresh --broker.state-dir of its own; the last occurrence of a flag wins.
+            args += ["--broker.state-dir", str(state_dir)]
+        if port is None:
+            port = free_port()
+            while port in self._ports:  # Brokers started together must not be handed the same free port.
+                port = free_port()
+        self._ports.add(port)
+        proc = BrokerProcess(self.tmp, self.etcd, self.prefix, *args, *self.extra, broker_id=broker_id, port=port)
+        if state_dir is not None:
+            proc.state_dir = state_dir  # Its log stays in the directory BrokerProcess made for this incarnation.
+        self.processes.append(proc)
+        return proc
+
+    def _new_id(self, zone: str) -> str:
+        self._ids += 1
+        return f"broker-{zone}-{self._ids}"
+
+    def start(self, timeout: float = 60.0) -> BrokerCluster:
+        for zone in self.zones:
+            proc = self._spawn(zone, self._new_id(zone), None, None)
+            self.slots.append(ClusterSlot(zone, proc, proc.state_dir))
+        for slot in self.slots:
+            slot.proc.wait_ready(timeout)
+        return self
+
+    @property
+    def urls(self) -> list[str]:
+        return [slot.proc.url for slot in self.slots]
+
+    def kill(self, index: int, sig: int = signal.SIGKILL, timeout: float = 30.0) -> int:
+        """Signal the slot's broker and wait for it to exit; its exit status (SIGKILL'd after `timeout`)."""
+        return self.slots[index].proc.stop(sig, timeout)
+
+    def restart(self, index: int, *, same_id: bool) -> BrokerProcess:
+        """Start the slot's next broker (not waiting for it to be ready)."""
+        slot = self.slots[index]
+        old = slot.proc
+        if old.proc.poll() is None:
+            raise RuntimeError(f"broker {old.broker_id} is still running")
+        if same_id:
+            slot.proc = self._spawn(slot.zone, old.broker_id, slot.state_dir, old.port)
+        else:
+            slot.proc = self._spawn(slot.zone, self._new_id(slot.zone), None, None)
+            slot.state_dir = slot.proc.state_dir
+        slot.generation += 1
+        return slot.proc
+
+    def routes(self, journals: list[str], timeout: float = 5.0) -> dict[str, pb.Route]:
+        """The routes of `journals` as the first live broker that answers List lists them."""
+        prefix = _common_prefix(journals)
+        labels = [pb.Label(name="prefix", value=prefix)] if prefix else []
+        sel = pb.LabelSelector(include=pb.LabelSet(labels=labels))
+        for slot in self.slots:
+            if slot.proc.proc.poll() is not None:
+                continue
+            channel, stub = slot.proc.stub()
+            try:
+                found = {}
+                for resp in stub.List(pb.ListRequest(selector=sel), timeout=timeout):
+                    for j in resp.journals:
+                        found[j.spec.name] = j.route
+                return {name: found[name] for name in journals if name in found}
+            except grpc.RpcError:
+                continue
+            finally:
+                channel.close()
+        return {}
+
+    def wait_routed(self, journals: list[str], replication: int, timeout: float = 30.0) -> None:
+        """Wait until every journal has a primary and `replication` members, all of them running brokers."""
+        deadline = time.monotonic() + timeout
+        routes: dict[str, pb.Route] = {}
+        while time.monotonic() < deadline:
+            running = {slot.member for slot in self.slots if slot.proc.proc.poll() is None}
+            routes = self.routes(journals)
+            if len(routes) == len(journals) and all(
+                r.primary >= 0 and len(r.members) == replication and {(m.zone, m.suffix) for m in r.members} <= running
+                for r in routes.values()
+            ):
+                return
+            time.sleep(0.1)
+        shown = {name: [(m.zone, m.suffix) for m in r.members] + [r.primary] for name, r in routes.items()}
+        raise TimeoutError(f"journals not routed to {replication} running brokers after {timeout}s: {shown}")
+
+    def stop_all(self, timeout: float = 20.0) -> dict[str, int]:
+        """SIGTERM every running broker at once (SIGKILL after `timeout`); their exit statuses by ID."""
+        running = [slot.proc for slot in self.slots if slot.proc.proc.poll() is None]
+        for proc in running:
+            proc.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        statuses: dict[str, int] = {}
+        for proc in running:
+            try:
+                proc.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.proc.kill()
+            statuses[proc.broker_id] = proc.stop()  # Exited: this only reaps it and closes its log.
+        for proc in self.processes:
+            if proc.proc.poll() is not None:
+                proc.stop()
+        return statuses
+
+    def log_lines(self, pattern: str = r"^\S+ (warning|error|critical)\b") -> list[str]:
+        """Lines matching `pattern` in every incarnation's log, each prefixed with its broker ID and port."""
+        out = []
+        for proc in self.processes:
+            for line in proc.logs().splitlines():
+                if re.search(pattern, line):
+                    out.append(f"[{proc.broker_id}:{proc.port}] {line}")
+        return out
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The deepest directory (ending in `/`) holding every journal of `names`: a `prefix` label value."""
+    parts = [name.split("/")[:-1] for name in names]
+    common: list[str] = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return "/".join(common) + "/" if common else ""
