@@ -131,7 +131,7 @@ class Append:
         """Acquire and sync the pipeline, then check preconditions. Returns whether to re-resolve."""
         assert res.spec is not None
         pipeline = replica.pipeline
-        if pipeline is None or pipeline.broken or not routes_equivalent(pipeline.route, res.route):
+        if pipeline is None or not pipeline.healthy or not routes_equivalent(pipeline.route, res.route):
             replica.pipeline = None
             if pipeline is not None:
                 await pipeline.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import urlparse
 
 import grpc
@@ -41,12 +42,26 @@ class PeerDialer:
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    def stub(self, endpoint: str) -> pb_grpc.JournalStub:
+    def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
         if channel is None:
             channel = grpc.aio.insecure_channel(grpc_target(endpoint), options=CHANNEL_OPTIONS)
             self._channels[endpoint] = channel
-        return pb_grpc.JournalStub(channel)
+        return channel
+
+    def stub(self, endpoint: str) -> pb_grpc.JournalStub:
+        return pb_grpc.JournalStub(self._channel(endpoint))
+
+    async def connected(self, endpoint: str, timeout: float) -> bool:
+        """Whether a connection to `endpoint` is (or within `timeout` seconds becomes) ready."""
+        channel = self._channel(endpoint)
+        if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return True
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}

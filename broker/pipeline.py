@@ -69,6 +69,12 @@ class Pipeline:
     def peers(self) -> int:
         return len(self._streams)
 
+    @property
+    def healthy(self) -> bool:
+        """Whether the pipeline may serve another append: no failure seen, and every peer's stream
+        still open (one that ended, e.g. because its broker restarted, would fail the append)."""
+        return self.broken is None and not any(call.done() for _member, call in self._streams)
+
     async def scatter(self, req: pb.ReplicateRequest) -> pb.ReplicateResponse:
         """Send `req` to every peer and apply it to the local spool, on the event loop; returns the
         local response. For proposals and small content: large content goes by `scatter_content`."""

@@ -87,6 +87,15 @@ class Replica:
             )
             spool.apply(pb.ReplicateRequest(proposal=proposal, registers=spool.registers, acknowledge=True))
 
+    async def retire(self) -> None:
+        """The journal is no longer assigned here: hand the spool's content to the persister (a
+        broker's one cardinal duty), then close. Peers may not hold all of it: a replica added to
+        the route holds only what was appended after it joined."""
+        try:
+            await self.flush()
+        finally:
+            await self.close()
+
     async def close(self) -> None:
         """Tear down the pipeline and stop background work; blocked reads wake and end."""
         self.closed = True

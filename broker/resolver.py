@@ -76,7 +76,7 @@ class Resolver:
             if name not in assigned:
                 replica = self.replicas.pop(name)
                 log.info("journal unassigned", extra={"journal": name})
-                task = asyncio.get_running_loop().create_task(replica.close())
+                task = asyncio.get_running_loop().create_task(replica.retire())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
 
@@ -139,6 +139,11 @@ class Resolver:
                 return route.endpoints[i]
         member = self.keyspace.members.get((process_id.zone, process_id.suffix))
         return member.spec.process_spec.endpoint if member else ""
+
+    async def settle(self) -> None:
+        """Wait until replicas no longer assigned have handed their spools to the persister."""
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def stop(self) -> None:
         """Close every replica (each rolls back its pipeline)."""

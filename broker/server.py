@@ -38,6 +38,8 @@ from broker.stores import StoreRegistry
 
 log = logging.getLogger(__name__)
 
+STOP_GRACE = 2.0
+"""Seconds RPCs in flight may take to finish once a stopping broker stops taking new ones."""
 HANDOFF_TIMEOUT = 60.0
 """Seconds an exiting broker waits for its journals to be assigned to other members."""
 
@@ -244,9 +246,11 @@ class Broker:
         log.info("broker stopping")
         await self._hand_off()
         self._handed_off.set()
-        await asyncio.gather(self.listener.close(), self.grpc_server.stop(grace=2.0))
+        # RPCs in flight (appends proxied through this broker among them) get a grace period.
+        await asyncio.gather(self.listener.close(grace=STOP_GRACE), self.grpc_server.stop(grace=STOP_GRACE))
         for replica in list(self.resolver.replicas.values()):
             await replica.flush()
+        await self.resolver.settle()  # Replicas unassigned during the hand-off flush theirs.
         if await self._persist_spools():
             await self._record_write_heads()
         await self.resolver.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn
@@ -35,6 +37,9 @@ from broker.stores import StoreError
 log = logging.getLogger(__name__)
 
 LIST_CHUNK = 25  # Journals per ListResponse.
+PROXY_TIMEOUT = 10.0
+"""Seconds a proxied append keeps looking for a reachable primary before answering UNAVAILABLE."""
+PROXY_RETRY_INTERVAL = 0.25
 DEFAULT_PAGE_LIMIT = 1000
 # Checks a fragment store's health; returns an error text, or "" when healthy.
 StoreHealthCheck = Callable[[str, bool, str], Awaitable[str]]
@@ -53,6 +58,25 @@ async def _abort_proxied(
     peer = f"{header.process_id.zone}#{header.process_id.suffix}"
     log.info("proxied call failed", extra={"journal": journal, "peer": peer, "code": exc.code().name})
     await _abort(context, exc.code(), f"proxying {journal} to {peer}: {exc.details()}")
+
+
+class _Forwarding:
+    """An Append's request stream as a proxy forwards it, noting whether any of the client's content
+    has been taken from it (after which a failed proxy cannot be tried again)."""
+
+    def __init__(self, first: pb.AppendRequest, rest: AsyncIterator[pb.AppendRequest | ContentChunk]) -> None:
+        self.first = first
+        self._rest = rest
+        self.consumed = False
+
+    async def requests(self, header: pb.Header) -> AsyncIterator[pb.AppendRequest]:
+        proxied = pb.AppendRequest()
+        proxied.CopyFrom(self.first)
+        proxied.header.CopyFrom(header)
+        yield proxied
+        async for req in self._rest:
+            self.consumed = True
+            yield as_message(req)
 
 
 class JournalService(pb_grpc.JournalServicer):
@@ -217,15 +241,22 @@ class JournalService(pb_grpc.JournalServicer):
                 raise ValidationError("expected Journal", ["Journal"])
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        append = Append(self.state, first)
-        await append.prepare()
-        if append.response is not None:
-            return append.response
-        if append.proxy is not None:
-            try:
-                return await self._proxy_append(first, append.proxy.header, request_iterator)
-            except grpc.aio.AioRpcError as exc:
-                await _abort_proxied(context, exc, first.journal, append.proxy.header)
+        deadline = asyncio.get_running_loop().time() + PROXY_TIMEOUT
+        forwarding = _Forwarding(first, request_iterator)
+        while True:
+            append = Append(self.state, first)
+            await append.prepare()
+            if append.response is not None:
+                return append.response
+            if append.proxy is None:
+                break
+            proxied = await self._proxy_append(context, forwarding, append.proxy.header, deadline)
+            if proxied is not None:
+                return proxied
+            # The primary cannot be reached and nothing of the client's stream is spent: resolve
+            # again once the mirror changes (the primary's lease expires, the allocator moves on).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state.keyspace.wait_for_change(), PROXY_RETRY_INTERVAL)
         try:
             resp = await append.stream(
                 _content_chunks(request_iterator, first.journal, self.state.min_append_rate)
@@ -238,20 +269,29 @@ class JournalService(pb_grpc.JournalServicer):
         return resp
 
     async def _proxy_append(
-        self, first: pb.AppendRequest, header: pb.Header, rest: AsyncIterator[pb.AppendRequest | ContentChunk]
-    ) -> pb.AppendResponse:
-        proxied = pb.AppendRequest()
-        proxied.CopyFrom(first)
-        proxied.header.CopyFrom(header)
-
-        async def forward() -> AsyncIterator[pb.AppendRequest]:
-            yield proxied
-            async for req in rest:
-                yield as_message(req)
-
+        self, context: grpc.aio.ServicerContext, forwarding: _Forwarding, header: pb.Header, deadline: float
+    ) -> pb.AppendResponse | None:
+        """Forward the append to the primary `header` names; None if that primary cannot be reached
+        before anything of the client's stream was forwarded, so that the append may be resolved again.
+        Other failures end the RPC with the primary's status."""
         endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
-        resp: pb.AppendResponse = await self.state.dialer.stub(endpoint).Append(forward())
-        return resp
+        remaining = deadline - asyncio.get_running_loop().time()
+        if await self.state.dialer.connected(endpoint, min(PROXY_RETRY_INTERVAL * 4, max(remaining, 0.0))):
+            try:
+                resp: pb.AppendResponse = await self.state.dialer.stub(endpoint).Append(forwarding.requests(header))
+                return resp
+            except grpc.aio.AioRpcError as exc:
+                retryable = exc.code() == grpc.StatusCode.UNAVAILABLE and not forwarding.consumed
+                if not retryable or asyncio.get_running_loop().time() >= deadline:
+                    await _abort_proxied(context, exc, forwarding.first.journal, header)
+                return None
+        if asyncio.get_running_loop().time() >= deadline:
+            peer = f"{header.process_id.zone}#{header.process_id.suffix}"
+            await _abort(
+                context, grpc.StatusCode.UNAVAILABLE,
+                f"proxying {forwarding.first.journal} to {peer}: primary unreachable for {PROXY_TIMEOUT:g}s",
+            )
+        return None
 
     # --- Replicate ---------------------------------------------------------------------------
 

@@ -6,8 +6,9 @@ Brokers are in-process (`inprocess.py`); `a` is the journal's primary and `b` it
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -57,16 +58,22 @@ def forged(header: pb.Header, at: pb.Fragment, data: bytes, journal: str = J) ->
 async def send(
     target: InProcessBroker, requests: list[pb.ReplicateRequest]
 ) -> tuple[list[pb.ReplicateResponse], grpc.aio.AioRpcError | None]:
-    """Send `requests` on one Replicate stream to `target`; its responses, and the error it ended with."""
-
-    async def stream() -> AsyncIterator[pb.ReplicateRequest]:
-        for req in requests:
-            yield req
-
-    call = target.stub().Replicate(stream())
-    responses = []
+    """Send `requests` on one Replicate stream to `target`, reading the reply to each acknowledged
+    proposal before going on (the last request is the one the broker must refuse, so no write races
+    its refusal); the responses, and the error the stream ended with."""
+    call = target.stub().Replicate()
+    responses: list[pb.ReplicateResponse] = []
     try:
-        async for resp in call:
+        for req in requests:
+            await call.write(req)
+            if req.HasField("proposal") and req.acknowledge:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    break
+                responses.append(resp)
+        with contextlib.suppress(asyncio.InvalidStateError):
+            await call.done_writing()
+        while (resp := await call.read()) is not grpc.aio.EOF:
             responses.append(resp)
     except grpc.aio.AioRpcError as err:
         return responses, err
@@ -82,7 +89,7 @@ async def test_the_primary_refuses_a_forged_stream(inproc_cluster: InProcessClus
     await two_replicas(inproc_cluster, a, b)
     before = journal_state(a, b)
     head = a.replica(J).spool.fragment.spec
-    responses, err = await send(a, forged(header_for(a, a), head, b"FORGED\n"))
+    responses, err = await send(a, forged(header_for(a, a), head, b"FORGED\n")[:1])
     assert err is not None and err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "journal's primary: it accepts no Replicate stream" in (err.details() or "")
     assert responses == []
@@ -100,7 +107,7 @@ async def test_content_after_a_refused_proposal_ends_the_stream(
     await two_replicas(inproc_cluster, a, b)
     before = journal_state(b)
     stale = pb.Fragment(journal=J, begin=0, end=3, sum=pb.SHA1Sum(part1=1), compression_codec=pb.NONE)
-    requests = forged(header_for(b, b), stale, b"FORGED\n")
+    requests = forged(header_for(b, b), stale, b"FORGED\n")[:2]  # The proposal b refuses, then content.
     responses, err = await send(b, requests)
     assert [r.status for r in responses] == [pb.PROPOSAL_MISMATCH]
     assert err is not None and err.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -156,8 +163,7 @@ async def test_a_stream_for_another_route_is_refused(
     else:
         header.route.primary = 1 - header.route.primary
     head = b.replica(J).spool.fragment.spec
-    requests = forged(header, head, b"FORGED\n")
-    responses, err = await send(b, requests)
+    responses, err = await send(b, forged(header, head, b"FORGED\n")[:1])
     assert err is None
     assert [r.status for r in responses] == [pb.WRONG_ROUTE]
     assert journal_state(b) == before
