@@ -13,7 +13,7 @@ import grpc
 
 from broker.fragment.sums import sha1sum_hex
 from broker.gateway.connection import Connection
-from broker.gateway.request import BadRequest, Metadata, multi_error, parse_query
+from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
 from broker.gateway.responses import (
     COMMIT_BEGIN_HEADER,
     COMMIT_END_HEADER,
@@ -41,9 +41,10 @@ async def serve_append(
     endpoint_of: EndpointOf | None,
 ) -> None:
     """Answer a PUT to the journal at `path`: append the request body through `stub`'s Append."""
-    req = pb.AppendRequest(journal=path[1:])
+    req = pb.AppendRequest()
     try:
         append_params(query)
+        req.journal = journal_of(path)
         validate_append_request(req)
     except (BadRequest, ValidationError) as err:
         await conn.error(400, str(err))
@@ -107,7 +108,7 @@ async def _relay_append(
             (WRITE_HEAD_HEADER, str(commit.end)),
             (COMMIT_SUM_HEADER, sha1sum_hex(commit.sum)),
         ]
-    conn.start_response(204, headers)
+    await conn.start_response(204, headers)
     await conn.end_response()
 
 

@@ -28,7 +28,7 @@ MAX_HEADER_BYTES = 1 << 20
 RECEIVE_HIGH_WATER = 1 << 20
 """Unparsed request bytes buffered before the connection stops reading."""
 DRAIN_LIMIT = 256 << 10
-"""Unread request body discarded after a response to keep the connection, as Go's net/http."""
+"""Unread request body discarded before a response to keep the connection, as Go's net/http."""
 DRAIN_TIMEOUT = 5.0
 LINGER_TIMEOUT = 1.0
 """Seconds a closing connection waits for the client to stop sending; see Connection._close."""
@@ -93,9 +93,11 @@ class Connection(asyncio.Protocol):
             self._h11.receive_data(b"")
         self._readable.set()
         responding = self._h11.our_state in (h11.SEND_RESPONSE, h11.SEND_BODY)
-        if responding and not self._reading_body and self._task is not None:
+        pipelined = bool(self._h11.trailing_data[0])
+        if responding and not self._reading_body and not pipelined and self._task is not None:
             # As in Go's net/http, a client that ends its side while its response is due has gone
-            # away: stop its RPC (a blocking read would otherwise wait on forever).
+            # away: stop its RPC (a blocking read would otherwise wait on forever). Go does not
+            # look for the end while requests it has not served yet are buffered, nor do we.
             self._task.cancel()
         return True  # Keep the transport, to close it in order.
 
@@ -120,8 +122,16 @@ class Connection(asyncio.Protocol):
 
     # Responding, for the routes.
 
-    def start_response(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """Send the status line and `headers` of the response."""
+    async def start_response(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """Send the status line and `headers` of the response.
+
+        As Go's net/http, what is left of a request body the handler did not read is read first
+        (up to DRAIN_LIMIT), so that the connection can serve the next request; if more is left, or
+        the client still waits for `100 Continue`, the response says that the connection closes.
+        """
+        await self._discard_body()
+        if self.must_close and not any(name.lower() == "connection" for name, _ in headers):
+            headers = [*headers, ("Connection", "close")]
         all_headers = [("Date", email.utils.formatdate(usegmt=True)), *headers]
         self._send(
             h11.Response(
@@ -147,7 +157,7 @@ class Connection(asyncio.Protocol):
 
     async def respond(self, status: int, headers: Sequence[tuple[str, str]], body: bytes) -> None:
         """Send a whole response with a body of known length."""
-        self.start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        await self.start_response(status, [*headers, ("Content-Length", str(len(body)))])
         if body and self._method != "HEAD":
             self._send(h11.Data(data=body))
         await self.end_response()
@@ -190,6 +200,7 @@ class Connection(asyncio.Protocol):
 
     async def _serve_requests(self) -> None:
         while True:
+            self._method = ""  # Until a request is parsed: an error reply answers no HEAD.
             try:
                 event = await self._next_event()
                 if not isinstance(event, h11.Request):
@@ -199,7 +210,7 @@ class Connection(asyncio.Protocol):
             except h11.RemoteProtocolError as err:
                 await self._protocol_error(err)
                 return
-            if not await self._next_cycle():
+            if not self._next_cycle():
                 return
 
     async def _protocol_error(self, err: h11.RemoteProtocolError) -> None:
@@ -208,20 +219,24 @@ class Connection(asyncio.Protocol):
             return
         code = err.error_status_hint
         body = f"{code} {HTTPStatus(code).phrase}".encode("ascii")
-        await self.respond(code, [*TEXT_HEADERS, ("Connection", "close")], body)
+        self.must_close = True
+        await self.respond(code, TEXT_HEADERS, body)
 
-    async def _next_cycle(self) -> bool:
-        """Ready the connection for its next request, or return False if it must close."""
+    async def _discard_body(self) -> None:
+        """Read what is left of the request body, unless the response will close the connection."""
         h = self._h11
-        if (
-            h.our_state is h11.DONE
-            and h.their_state is h11.SEND_BODY
-            and not h.they_are_waiting_for_100_continue
-            and not self.must_close
-        ):
+        if h.their_state is not h11.SEND_BODY or self.must_close:
+            return
+        if not h.they_are_waiting_for_100_continue:
             with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
                 async with asyncio.timeout(DRAIN_TIMEOUT):
                     await self.read_body(DRAIN_LIMIT)
+        if h.their_state is h11.SEND_BODY or h.their_state is h11.ERROR:
+            self.must_close = True  # A body left unread, or a malformed one.
+
+    def _next_cycle(self) -> bool:
+        """Ready the connection for its next request, or return False if it must close."""
+        h = self._h11
         if self.must_close or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
             return False
         h.start_next_cycle()
@@ -259,7 +274,12 @@ class Connection(asyncio.Protocol):
             self._discarding = True
             transport.resume_reading()
             if transport.can_write_eof():
-                transport.write_eof()
+                try:
+                    transport.write_eof()
+                except OSError:
+                    # The client reset the connection already (ENOTCONN): nothing is left to deliver.
+                    transport.abort()
+                    return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(LINGER_TIMEOUT):
                     while not (self._eof or self._lost):

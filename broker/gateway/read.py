@@ -17,7 +17,7 @@ import grpc
 from broker.fragment.errors import FragmentError
 from broker.fragment.names import content_name
 from broker.gateway.connection import Connection
-from broker.gateway.request import BadRequest, Metadata, multi_error, parse_query
+from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
 from broker.gateway.responses import (
     CLOSE_ERROR_HEADER,
     FRAGMENT_LAST_MODIFIED_HEADER,
@@ -47,6 +47,8 @@ _GO_BOOLS = {
     **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
 }
 _INT64 = re.compile(r"[+-]?[0-9]+")
+_INT64_DIGITS = 19
+"""Significant digits of the longest int64; int() of a longer string may exceed Python's limit."""
 
 
 async def serve_read(
@@ -59,9 +61,10 @@ async def serve_read(
     endpoint_of: EndpointOf | None,
 ) -> None:
     """Answer a GET or HEAD (`method`) of the journal at `path` through `stub`'s Read."""
-    req = pb.ReadRequest(journal=path[1:], metadata_only=method == "HEAD")
+    req = pb.ReadRequest(metadata_only=method == "HEAD")
     try:
         req.offset, req.block = read_params(query)
+        req.journal = journal_of(path)
         validate_read_request(req)
     except (BadRequest, ValidationError) as err:
         await conn.error(400, str(err))
@@ -87,8 +90,9 @@ def read_params(query: str) -> tuple[int, bool]:
         if value == "":
             continue  # An empty value leaves the field as it was.
         if field == "offset":
-            if _INT64.fullmatch(value) and -MAX_INT64 - 1 <= int(value) <= MAX_INT64:
-                offset = int(value)
+            parsed = _parse_int64(value)
+            if parsed is not None:
+                offset = parsed
                 continue
         elif value in _GO_BOOLS:
             block = _GO_BOOLS[value]
@@ -97,6 +101,17 @@ def read_params(query: str) -> tuple[int, bool]:
     if errors:
         raise BadRequest(multi_error(errors))
     return offset, block
+
+
+def _parse_int64(value: str) -> int | None:
+    """`value` as Go's strconv.ParseInt(value, 10, 64) reads it (leading zeros and all), or None."""
+    if not _INT64.fullmatch(value):
+        return None
+    digits = value.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > _INT64_DIGITS:  # Out of range, and int() may refuse that many digits.
+        return None
+    parsed = -int(digits) if value.startswith("-") else int(digits)
+    return parsed if -MAX_INT64 - 1 <= parsed <= MAX_INT64 else None
 
 
 async def _relay_read(
@@ -130,10 +145,10 @@ async def _relay_read(
     # deleted ranges resolve, and Content-Range tells the client where the content starts.
     headers = _read_headers(first, path, endpoint_of)
     if method == "HEAD":
-        conn.start_response(206, headers)
+        await conn.start_response(206, headers)
         await conn.end_response()
         return
-    conn.start_response(206, [*headers, ("Trailer", CLOSE_ERROR_HEADER)])
+    await conn.start_response(206, [*headers, ("Trailer", CLOSE_ERROR_HEADER)])
     offset = first.offset
     if first.content:
         await conn.send_data(first.content)

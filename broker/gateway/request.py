@@ -8,6 +8,7 @@ from the query follows gorilla/schema, whose MultiError text `multi_error` repro
 from __future__ import annotations
 
 from broker.protocol.paths import URLError, parse_url, path_unescape, query_unescape
+from broker.protocol.validation import ValidationError, in_context, validate_journal
 
 Metadata = tuple[tuple[str, str], ...] | None
 """gRPC metadata to pass on to the broker: the request's `Authorization`, if it has one."""
@@ -36,6 +37,23 @@ def split_target(target: str) -> tuple[str, str]:
     if not url.scheme or not url.host:
         raise BadTarget(target)
     return url.path or "/", url.raw_query
+
+
+def journal_of(path: str) -> str:
+    """The journal a request path names: the path without its leading `/`.
+
+    A name that is not UTF-8 (a percent-escaped byte such as `%92`, kept as a surrogate escape)
+    cannot go into a protobuf string; it is never a valid journal, and is refused here with the
+    ValidationError a request naming it would get (`Journal: not a valid token (...)`).
+    """
+    name = path[1:]
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        with in_context("Journal"):
+            validate_journal(name)
+            raise ValidationError(f"not a valid token ({name})") from None
+    return name
 
 
 def parse_query(raw: str) -> dict[str, list[str]]:

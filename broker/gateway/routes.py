@@ -1,13 +1,15 @@
 """`HttpGateway`: takes over the listener's HTTP/1.1 connections and routes their requests.
 
 `/debug/ready` and `/debug/metrics` are answered here; GET and HEAD of a journal go to
-`read`, PUT to `append`; any other method is a 400, as in Gazette.
+`read`, PUT to `append`; any other method is a 400, as in Gazette. The `Authorization` header,
+passed on as gRPC metadata, must be something the broker's gRPC server takes (see
+`authorization_metadata`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 import h11
@@ -16,9 +18,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from broker.gateway.append import serve_append
 from broker.gateway.connection import TEXT_HEADERS, Connection
 from broker.gateway.read import serve_read
-from broker.gateway.request import BadTarget, split_target
+from broker.gateway.request import BadRequest, BadTarget, Metadata, split_target
 from broker.gateway.responses import EndpointOf
 from broker.protocol import pb_grpc
+
+MAX_AUTHORIZATION_BYTES = 7 << 10
+"""Longest `Authorization` value passed on; a longer one is a 431. The broker's gRPC server
+refuses a call whose metadata exceeds 8 KiB at random, and beyond 16 KiB always (grpc's
+`grpc.max_metadata_size` defaults), and the call's own headers take about 600 bytes of that.
+(Gazette's gRPC server takes up to 16 MiB, so its gateway passes on any header net/http reads.)"""
+
+
+class HeaderTooLarge(Exception):
+    """A request header the gateway cannot pass on: answered 431 with this text."""
 
 
 class HttpGateway:
@@ -53,11 +65,16 @@ class HttpGateway:
     async def handle(self, conn: Connection, request: h11.Request) -> None:
         """Answer one request on `conn`."""
         method = request.method.decode("ascii")
+        if method == "CONNECT":
+            # Refused before routing: h11 (as any HTTP client) takes a 2xx to CONNECT as the start
+            # of a tunnel. Gazette's gateway answers it as any method it does not serve.
+            await conn.error(400, f"unknown method: {method}")
+            return
         try:
             path, query = split_target(request.target.decode("ascii"))
         except BadTarget:
-            conn.must_close = True
-            await conn.respond(400, [*TEXT_HEADERS, ("Connection", "close")], b"400 Bad Request")
+            conn.must_close = True  # As Go's net/http, which rejects the target before any handler runs.
+            await conn.respond(400, TEXT_HEADERS, b"400 Bad Request")
             return
 
         if path == "/debug/ready":
@@ -70,14 +87,37 @@ class HttpGateway:
             await conn.respond(200, [("Content-Type", CONTENT_TYPE_LATEST)], generate_latest())
             return
 
-        metadata = None
-        for name, value in request.headers:
-            if name == b"authorization":
-                metadata = (("authorization", value.decode("latin-1")),)
-                break
-        if method in ("GET", "HEAD"):
-            await serve_read(self._stub, conn, method, path, query, metadata, self._endpoint_of)
-        elif method == "PUT":
+        if method not in ("GET", "HEAD", "PUT"):
+            await conn.error(400, f"unknown method: {method}")
+            return
+        try:
+            metadata = authorization_metadata(request.headers)
+        except HeaderTooLarge as err:
+            await conn.error(431, str(err))
+            return
+        except BadRequest as err:
+            await conn.error(400, str(err))
+            return
+        if method == "PUT":
             await serve_append(self._stub, conn, path, query, metadata, self._endpoint_of)
         else:
-            await conn.error(400, f"unknown method: {method}")
+            await serve_read(self._stub, conn, method, path, query, metadata, self._endpoint_of)
+
+
+def authorization_metadata(headers: Sequence[tuple[bytes, bytes]]) -> Metadata:
+    """The gRPC metadata carrying the request's (first) `Authorization` header, if it has one.
+
+    Raises HeaderTooLarge for a value longer than MAX_AUTHORIZATION_BYTES, and BadRequest for one
+    gRPC cannot carry: metadata values are printable ASCII (h11 lets through tabs and bytes >= 0x80).
+    """
+    for name, value in headers:
+        if name != b"authorization":
+            continue
+        if len(value) > MAX_AUTHORIZATION_BYTES:
+            raise HeaderTooLarge(
+                f"Authorization header too large ({len(value)} bytes; expected at most {MAX_AUTHORIZATION_BYTES})"
+            )
+        if not all(0x20 <= b < 0x7F for b in value):
+            raise BadRequest("invalid Authorization header (expected printable ASCII)")
+        return (("authorization", value.decode("ascii")),)
+    return None
