@@ -13,7 +13,7 @@ import grpc
 from broker import metrics
 from broker.append import Append, readable
 from broker.append_requests import ContentChunk, as_message, parse_append_request
-from broker.errors import BrokerError
+from broker.errors import BrokerError, PipelineError
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 LIST_CHUNK = 25  # Journals per ListResponse.
 PROXY_TIMEOUT = 10.0
-"""Seconds a proxied append keeps looking for a reachable primary before answering UNAVAILABLE."""
+"""Seconds an append keeps looking for a reachable primary (proxied) or a pipeline of reachable
+peers (on the primary), while none of its content was read, before answering UNAVAILABLE."""
 PROXY_RETRY_INTERVAL = 0.25
 DEFAULT_PAGE_LIMIT = 1000
 # Checks a fragment store's health; returns an error text, or "" when healthy.
@@ -245,7 +246,16 @@ class JournalService(pb_grpc.JournalServicer):
         forwarding = _Forwarding(first, request_iterator)
         while True:
             append = Append(self.state, first)
-            await append.prepare()
+            try:
+                await append.prepare()
+            except PipelineError as exc:
+                # The pipeline could not be synced (a peer is gone or restarting). Nothing of the
+                # client's content was read: try again once the route changes, for a while.
+                if asyncio.get_running_loop().time() >= deadline:
+                    await _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.state.keyspace.wait_for_change(), PROXY_RETRY_INTERVAL)
+                continue
             if append.response is not None:
                 return append.response
             if append.proxy is None:
