@@ -20,8 +20,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     # A peer that vanishes without closing its connection (a partition, a frozen host) is noticed
     # by keepalive pings rather than by the kernel's retransmission timeout, minutes later.
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    # The timeout is generous: a busy peer's event loop acks pings late, and a missed ack ends
+    # every stream of the connection (GOAWAY ping_timeout).
+    ("grpc.keepalive_time_ms", 15_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]

@@ -77,12 +77,13 @@ def grpc_server_options(max_recv_size: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_recv_size),
         ("grpc.max_send_message_length", 64 << 20),
-        # Peers ping every 10 s (broker.peers): allow it, and ping back, so that a Replicate stream
-        # from a primary that vanished without closing its connection releases the replica.
+        # Peers ping every 15 s (broker.peers): allow it, and ping back, so that a Replicate stream
+        # from a primary that vanished without closing its connection releases the replica. Acks
+        # may be late from a busy Python client: a missed one ends all its streams.
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.keepalive_time_ms", 10_000),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.http2.max_pings_without_data", 0),
     ]
 
