@@ -1,20 +1,53 @@
 """Assignment of journals to members: a pure planner and the loop that applies its plans.
 
-A simplified form of the protocol digest's 10.3: greedy instead of max-flow. Every member runs
-`run_allocator`; only the leader (the member key with the lowest CreateRevision) writes. Each
-round plans from the mirror, applies the plan in guarded transactions, waits for the mirror to
-catch up and plans again, until there is nothing left to change.
+The protocol digest's 10.3 solves a max-flow; this planner is greedy and aims at the same
+balance. Every member runs `run_allocator`; only the leader (the member key with the lowest
+CreateRevision) writes. Each round plans from the mirror, applies the plan in guarded
+transactions, waits for the mirror to catch up and plans again, until there is nothing to change.
+
+A round first repairs every journal: it adds assignments up to the desired replication (zone
+spread first, then the member whose load would grow least), sheds members that are unusable (an
+exiting member from all its journals at once, when each keeps enough consistent assignments
+without it) or surplus (while enough consistent assignments stay), and promotes a primary where
+slot 0 is empty (a consistent replica first, then the one with the fewest primaries). A journal
+assigned from nothing gets its primary on the member with the fewest primaries.
+
+Then it rebalances. The objective is the sum over usable members of load**2 / journal_limit plus
+PRIMARY_WEIGHT times the same of primaries: with equal limits it is least when every member holds
+within one assignment, and is primary of within one journal, of every other. A move is made only
+if it lowers the objective (or widens the journal's zone spread) and never narrows the zone
+spread. Only a journal whose assignments are all consistent moves, once per round, and only
+while fewer than `max_moves` journals are still taking up a move (see `_moving`), so the cluster
+does not churn:
+
+- `AddPrimary`: a member that does not hold the journal joins it as its primary; the old
+  primary's assignment moves to a free slot in the same transaction. It upgrades a repair Add
+  (when a member joins or comes back: not counted against `max_moves`, since the journal changes
+  anyway, and allowed in a journal that is not consistent if no pipeline can hold the member's
+  replica, see `_may_lead`) or adds a member beyond the replication, whose surplus the remove
+  rule sheds once the journal is consistent again. The new primary syncs its peers to the
+  furthest one before it takes an append, so no acknowledged append is lost; appends in flight at
+  the old primary finish before the old primary accepts the new one's Replicate stream, which
+  voids its pipeline.
+  The new member must not hold the journal already: while a journal is consistent, its primary
+  streams to every other member, and each such stream holds that member's replica lock until the
+  primary's pipeline closes, which nothing but a new Replicate stream to the old primary does.
+- `Add` of a member beyond the replication, the surplus shed later: moves replicas, when the
+  replication is below the number of members.
+- `Handoff`: a consistent replica becomes primary in place (both assignments re-keyed in one
+  transaction): the only way to move a primary when every usable member holds the journal. Off
+  (see IN_PLACE_HANDOFF).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker.keyspace.errors import KeySpaceClosedError
@@ -42,6 +75,23 @@ MAX_TXN_OPS = 128
 SETTLE_TIMEOUT = 10.0
 """Seconds to wait for the mirror to reach the revision of an applied transaction."""
 RETRY_DELAY = 1.0
+MIN_MOVES = 8
+"""Rebalancing moves journals while fewer than max(MIN_MOVES, journals // MOVES_DIVISOR) of them
+are still taking up a move."""
+MOVES_DIVISOR = 20
+MOVE_PASSES = 2
+"""Passes over the journals a round makes looking for moves."""
+PRIMARY_WEIGHT = 3
+"""Primaries weigh three times assignments in the objective, so that a primary moves even when
+that unbalances assignments by one (a later move restores them)."""
+IN_PLACE_HANDOFF = False
+"""Whether rebalancing may make a replica the primary while the old primary stays a member. Off
+because the broker's resolver keeps a demoted primary's pipeline: its idle Replicate stream holds
+the new primary's replica lock, and the journal takes no append until the old primary's pipeline
+closes (it restarts, or loses the journal). Gazette's resolver replaces a demoted primary's
+replica; once ours closes the pipeline of a journal it no longer leads, this can be on."""
+
+_EPSILON = 1e-9
 
 _log = logging.getLogger(__name__)
 
@@ -79,13 +129,42 @@ class Promote:
 
 
 @dataclass(frozen=True)
+class AddPrimary:
+    """Add a member to a journal as its primary (`add`, at slot 0) and move the current primary's
+    assignment to `slot` (value and lease kept), in one transaction."""
+
+    add: Add
+    primary: Assignment
+    slot: int
+
+    @property
+    def journal(self) -> str:
+        return self.add.journal
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Make a replica the primary in place: the primary's assignment moves to `slot` and the
+    replica's to slot 0 (values and leases kept), in one transaction."""
+
+    primary: Assignment
+    replica: Assignment
+    slot: int
+    item_mod_revision: int
+
+    @property
+    def journal(self) -> str:
+        return self.primary.journal
+
+
+@dataclass(frozen=True)
 class DeleteOrphan:
     """Delete an assignment whose journal no longer exists."""
 
     assignment: Assignment
 
 
-Change = Add | Remove | Promote | DeleteOrphan
+Change = Add | Remove | Promote | AddPrimary | Handoff | DeleteOrphan
 
 
 def desired_replication(spec: pb.JournalSpec) -> int:
@@ -103,8 +182,94 @@ def leader_of(members: Mapping[MemberId, Member]) -> Member | None:
     return min(members.values(), key=lambda m: (m.create_revision, m.key), default=None)
 
 
-def _ratio(count: int, limit: int) -> float:
-    return count / limit if limit > 0 else math.inf
+def _mid(a: Assignment) -> MemberId:
+    return (a.zone, a.suffix)
+
+
+class _Tally:
+    """Assignments and primaries per member, kept current as changes are planned, and the marginal
+    costs of the objective (the sum over usable members of count**2 / journal_limit, primaries
+    weighted by PRIMARY_WEIGHT)."""
+
+    def __init__(self, usable: Mapping[MemberId, Member]) -> None:
+        self.usable = usable
+        self.held: Counter[MemberId] = Counter()
+        """Assignments per member once the planned changes are made: what journal_limit caps."""
+        self.load: Counter[MemberId] = Counter()
+        """As `held`, less the members that journals will shed once consistent: what is balanced."""
+        self.primaries: Counter[MemberId] = Counter()
+
+    def limit(self, mid: MemberId) -> int:
+        member = self.usable.get(mid)
+        return member.spec.journal_limit if member is not None else 0
+
+    def has_room(self, mid: MemberId) -> bool:
+        return self.held[mid] < self.limit(mid)
+
+    def add(self, mid: MemberId) -> None:
+        self.held[mid] += 1
+        self.load[mid] += 1
+
+    def remove(self, mid: MemberId) -> None:
+        self.held[mid] -= 1
+        self.load[mid] -= 1
+
+    def _grow(self, counts: Counter[MemberId], mid: MemberId) -> float:
+        limit = self.limit(mid)
+        return (2 * counts[mid] + 1) / limit if limit > 0 else float("inf")
+
+    def _shrink(self, counts: Counter[MemberId], mid: MemberId) -> float:
+        limit = self.limit(mid)
+        # Shedding from an unusable member is free (it counts for nothing).
+        return (2 * counts[mid] - 1) / limit if limit > 0 else 0.0
+
+    def grow_load(self, mid: MemberId) -> float:
+        return self._grow(self.load, mid)
+
+    def shrink_load(self, mid: MemberId) -> float:
+        return self._shrink(self.load, mid)
+
+    def grow_primaries(self, mid: MemberId) -> float:
+        return self._grow(self.primaries, mid)
+
+    def shrink_primaries(self, mid: MemberId) -> float:
+        return self._shrink(self.primaries, mid)
+
+    def load_move(self, source: MemberId, target: MemberId) -> float:
+        """The objective's change when one assignment moves from `source` to `target`."""
+        return self._grow(self.load, target) - self._shrink(self.load, source)
+
+    def primary_move(self, source: MemberId, target: MemberId) -> float:
+        """The objective's change when one primary moves from `source` to `target`."""
+        if source not in self.usable:
+            return -float("inf")  # Always worth moving off an exiting member.
+        return PRIMARY_WEIGHT * (self._grow(self.primaries, target) - self._shrink(self.primaries, source))
+
+
+@dataclass
+class _Journal:
+    """One journal's planning state."""
+
+    item: Item
+    current: list[Assignment]
+    replication: int
+    consistent: dict[str, bool]
+    changes: list[Change] = field(default_factory=list)
+    members: set[MemberId] = field(default_factory=set)
+    """Its members once the planned (and anticipated) changes are made."""
+    primary: Assignment | None = None
+    """Its primary assignment, while no change planned for it touches slot 0."""
+    next_slot: int = 0
+    repair_adds: list[Add] = field(default_factory=list)
+    upgradable: list[Add] = field(default_factory=list)
+    """The repair Adds that may be upgraded to an AddPrimary (see `_may_lead`)."""
+    complete: bool = False
+    """Consistent, exactly `replication` assignments, all on usable members, nothing planned and
+    no move made: it may move."""
+
+    @property
+    def name(self) -> str:
+        return self.item.name
 
 
 def plan(
@@ -112,114 +277,403 @@ def plan(
     members: Mapping[MemberId, Member],
     assignments: Mapping[str, Sequence[Assignment]],
     max_replication: int = MAX_REPLICATION,
+    *,
+    max_moves: int | None = None,
+    in_place_handoff: bool = IN_PLACE_HANDOFF,
 ) -> list[Change]:
-    """The changes that move `assignments` toward the desired replication of every journal."""
+    """The changes that move `assignments` toward the desired replication of every journal, then
+    toward balance (see the module's docstring)."""
     # Usable members take new assignments and keep theirs; the others (exiting, limit 0, gone)
     # are shed once enough consistent replicas exist elsewhere.
     usable = {mid: m for mid, m in members.items() if not m.spec.exiting and m.spec.journal_limit > 0}
-    load: Counter[MemberId] = Counter()
-    primaries: Counter[MemberId] = Counter()
+    tally = _Tally(usable)
     for found in assignments.values():
         for a in found:
-            load[(a.zone, a.suffix)] += 1
+            tally.add(_mid(a))
             if a.slot == 0:
-                primaries[(a.zone, a.suffix)] += 1
+                tally.primaries[_mid(a)] += 1
 
-    changes: list[Change] = []
+    orphans: list[Change] = []
     for journal in sorted(assignments):
         if journal not in journals:
-            changes.extend(DeleteOrphan(a) for a in assignments[journal])
+            orphans.extend(DeleteOrphan(a) for a in assignments[journal])
+    moving = 0
+    states: list[_Journal] = []
     for name in sorted(journals):
         item = journals[name]
+        current = list(assignments.get(name, ()))
+        consistent = dict(zip((a.key for a in current), is_consistent_with(current), strict=True))
         replication = min(desired_replication(item.spec), max_replication, len(usable))
-        changes.extend(_converge(item, list(assignments.get(name, ())), replication, usable, load, primaries))
+        if _moving(current, replication, usable):
+            moving += 1
+        states.append(_Journal(item, current, replication, consistent))
+    unready = _unready_to_shed(states, usable)
+    for state in states:
+        _converge(state, tally, unready)
+
+    if max_moves is None:
+        max_moves = max(MIN_MOVES, len(journals) // MOVES_DIVISOR)
+    _rebalance(states, tally, max_moves - moving, in_place_handoff)
+
+    changes = orphans
+    for state in states:
+        changes.extend(state.changes)
     return changes
 
 
-def _converge(
-    item: Item,
-    current: list[Assignment],
-    replication: int,
-    usable: Mapping[MemberId, Member],
-    load: Counter[MemberId],
-    primaries: Counter[MemberId],
-) -> list[Change]:
-    """Adds, removes and a promotion for one journal; updates `load` and `primaries` as it plans."""
-    changes: list[Change] = []
-    consistent = dict(zip((a.key for a in current), is_consistent_with(current), strict=True))
+def _moving(current: Sequence[Assignment], replication: int, usable: Mapping[MemberId, Member]) -> bool:
+    """Whether a journal is still taking up a move: its primary changed and has not yet advertised
+    the new route (an assignment's value names another primary), or it has a member to shed."""
+    if sum(1 for a in current if _mid(a) in usable) > replication:
+        return True
+    primary = next((_mid(a) for a in current if a.slot == 0), None)
+    for a in current:
+        route = a.route
+        if 0 <= route.primary < len(route.members):
+            named = route.members[route.primary]
+            if (named.zone, named.suffix) != primary:
+                return True
+    return False
 
-    def limit(mid: MemberId) -> int:
-        member = usable.get(mid)
-        return member.spec.journal_limit if member is not None else 0
+
+def _unready_to_shed(states: list[_Journal], usable: Mapping[MemberId, Member]) -> set[MemberId]:
+    """Unusable members that some journal cannot shed yet (too few consistent assignments without
+    them). A member is shed from all its journals at once: shed from some, those would refuse
+    appends (short of replicas) and their writers wait, while the others wait for an append to
+    become consistent, and the exiting member for all of them to be shed."""
+    unready: set[MemberId] = set()
+    for j in states:
+        for a in j.current:
+            if _mid(a) not in usable:
+                others = sum(1 for r in j.current if r is not a and j.consistent[r.key])
+                if others < j.replication:
+                    unready.add(_mid(a))
+    return unready
+
+
+def _converge(j: _Journal, tally: _Tally, unready: set[MemberId]) -> None:
+    """Plan one journal's adds, removes and promotion; update `tally` as it plans."""
+    usable = tally.usable
+    current, replication, consistent = j.current, j.replication, j.consistent
+    item = j.item
 
     # Add: reach the replication on usable members, spreading zones, then least loaded.
-    good = [a for a in current if (a.zone, a.suffix) in usable]
-    assigned = {(a.zone, a.suffix) for a in current}
+    good = [a for a in current if _mid(a) in usable]
+    assigned = {_mid(a) for a in current}
     zones: Counter[str] = Counter(a.zone for a in good)
-    candidates = [mid for mid in sorted(usable) if mid not in assigned and load[mid] < limit(mid)]
-    slot = max((a.slot for a in current), default=-1) + 1
+    candidates = [mid for mid in sorted(usable) if mid not in assigned and tally.has_room(mid)]
+    chosen: list[MemberId] = []
     for _ in range(replication - len(good)):
         if not candidates:
             break
-        mid = min(candidates, key=lambda m: (zones[m[0]], _ratio(load[m], limit(m)), m))
+        if not current and not chosen:
+            # A journal assigned from nothing: its primary goes where primaries are fewest.
+            mid = min(candidates, key=lambda m: (tally.grow_primaries(m), tally.grow_load(m), m))
+            tally.primaries[mid] += 1
+        else:
+            mid = min(candidates, key=lambda m: (zones[m[0]], tally.grow_load(m), tally.grow_primaries(m), m))
         candidates.remove(mid)
-        member = usable[mid]
-        changes.append(
-            Add(
-                item.name,
-                mid[0],
-                mid[1],
-                slot,
-                member.lease,
-                member.key,
-                member.mod_revision,
-                item.mod_revision,
-            )
-        )
+        chosen.append(mid)
         zones[mid[0]] += 1
-        load[mid] += 1
+        tally.add(mid)
+    slot = max((a.slot for a in current), default=-1) + 1
+    for mid in chosen:
+        member = usable[mid]
+        add = Add(item.name, mid[0], mid[1], slot, member.lease, member.key, member.mod_revision, item.mod_revision)
+        j.changes.append(add)
+        j.repair_adds.append(add)
         slot += 1
+    j.next_slot = slot
 
-    # Remove: shed unusable members and surplus replicas, only while `replication` consistent
-    # assignments remain. Unusable members go first, the primary last, then the most loaded.
+    # Remove: shed unusable members (whenever `replication` consistent assignments remain without
+    # them), then surplus ones: the best to shed first, and only while that one can go.
     remaining = list(current)
-    order = sorted(
-        current,
-        key=lambda a: (
-            (a.zone, a.suffix) in usable,
-            a.slot == 0,
-            -_ratio(load[(a.zone, a.suffix)], limit((a.zone, a.suffix))),
-            a.zone,
-            a.suffix,
-        ),
-    )
-    for a in order:
-        mid = (a.zone, a.suffix)
-        surplus = mid not in usable or sum(1 for r in remaining if (r.zone, r.suffix) in usable) > replication
-        still_consistent = sum(1 for r in remaining if r is not a and consistent[r.key])
-        if surplus and still_consistent >= replication:
-            remaining.remove(a)
-            changes.append(Remove(a, item.mod_revision))
-            load[mid] -= 1
-            if a.slot == 0:
-                primaries[mid] -= 1
+    removed: list[Assignment] = []
+
+    def still_consistent(a: Assignment) -> int:
+        return sum(1 for r in remaining if r is not a and consistent[r.key])
+
+    def remove(a: Assignment) -> None:
+        remaining.remove(a)
+        removed.append(a)
+        j.changes.append(Remove(a, item.mod_revision))
+        tally.remove(_mid(a))
+        if a.slot == 0:
+            tally.primaries[_mid(a)] -= 1
+
+    for a in sorted((a for a in current if _mid(a) not in usable), key=lambda a: (a.slot == 0, _mid(a))):
+        if _mid(a) not in unready and still_consistent(a) >= replication:
+            remove(a)
+    pending: Assignment | None = None
+    while sum(1 for r in remaining if _mid(r) in usable) > replication:
+        a = _best_to_shed(remaining, tally)
+        if still_consistent(a) < replication:
+            pending = a
+            break
+        remove(a)
 
     # Promote: give a journal that has assignments but no primary one, preferring a usable,
     # consistent member with the fewest primaries per limit.
+    promoted = False
     if remaining and not any(a.slot == 0 for a in remaining):
-        chosen = min(
+        chosen_primary = min(
             remaining,
             key=lambda a: (
-                (a.zone, a.suffix) not in usable,
+                _mid(a) not in usable,
                 not consistent[a.key],
-                _ratio(primaries[(a.zone, a.suffix)], limit((a.zone, a.suffix))),
-                a.zone,
-                a.suffix,
+                tally.grow_primaries(_mid(a)),
+                _mid(a),
             ),
         )
-        primaries[(chosen.zone, chosen.suffix)] += 1
-        changes.append(Promote(chosen, item.mod_revision))
-    return changes
+        tally.primaries[_mid(chosen_primary)] += 1
+        j.changes.append(Promote(chosen_primary, item.mod_revision))
+        promoted = True
+
+    j.members = {_mid(a) for a in remaining} | {(add.zone, add.suffix) for add in j.repair_adds}
+    if pending is not None:
+        # A surplus member waits for consistency to be shed: count it as gone already, so that
+        # rebalancing does not move more off that member meanwhile.
+        tally.load[_mid(pending)] -= 1
+        j.members.discard(_mid(pending))
+    was_consistent = bool(current) and all(consistent.values())
+    primary = next((a for a in remaining if a.slot == 0), None)
+    if not removed and not promoted and primary is not None and replication > 0:
+        j.primary = primary
+        j.upgradable = [add for add in j.repair_adds if was_consistent or _may_lead(add, current, usable)]
+        j.complete = (
+            was_consistent
+            and not j.changes
+            and pending is None
+            and len(current) == replication
+            and all(_mid(a) in usable for a in current)
+        )
+
+
+def _may_lead(add: Add, current: Sequence[Assignment], usable: Mapping[MemberId, Member]) -> bool:
+    """Whether the member `add` adds may become the primary of a journal that is not consistent.
+
+    It may if no pipeline can hold its replica of the journal: pipelines stream to the members of
+    a route the primary built them for, and the primary advertises that route in the assignment
+    values before the allocator may remove a member. So if no value written since the member's
+    key was created names it, no primary has streamed to this process's replica of the journal.
+    (A consistent journal needs no such check: its primary streams to its current members only.)
+    """
+    mid = (add.zone, add.suffix)
+    created = usable[mid].create_revision
+    for a in current:
+        if a.mod_revision >= created and any((m.zone, m.suffix) == mid for m in a.route.members):
+            return False
+    return True
+
+
+def _best_to_shed(remaining: Sequence[Assignment], tally: _Tally) -> Assignment:
+    """The surplus assignment to remove first: not the primary, from the journal's most crowded zone,
+    from the member whose load is highest per limit."""
+    zones = Counter(a.zone for a in remaining)
+    return min(
+        (a for a in remaining if _mid(a) in tally.usable),
+        key=lambda a: (a.slot == 0, -zones[a.zone], -round(tally.shrink_load(_mid(a)), 9), _mid(a)),
+    )
+
+
+@dataclass
+class _Move:
+    """A planned rebalancing move of one journal and its score (lower is better)."""
+
+    score: tuple[int, float]
+    kind: str  # "upgrade" (a repair Add becomes an AddPrimary), "add", "add-primary" or "handoff"
+    target: MemberId
+    source: MemberId | None = None  # Whose assignment the journal sheds later ("add", "add-primary").
+    replica: Assignment | None = None  # The replica made primary ("handoff").
+    upgraded: Add | None = None
+
+
+def _distinct_zones(mids: set[MemberId] | list[MemberId]) -> int:
+    return len({z for z, _ in mids})
+
+
+class _Targets:
+    """Usable members with room, cheapest first by load and by primaries, overall and per zone:
+    where a journal's moves look for a new member."""
+
+    def __init__(self, tally: _Tally) -> None:
+        room = [mid for mid in tally.usable if tally.has_room(mid)]
+        self.by_load = sorted(room, key=lambda m: (tally.grow_load(m), m))
+        self.by_primaries = sorted(room, key=lambda m: (tally.grow_primaries(m), tally.grow_load(m), m))
+        self.zones: dict[str, list[MemberId]] = {}
+        for mid in self.by_load:
+            self.zones.setdefault(mid[0], []).append(mid)
+
+    def outside(self, members: set[MemberId]) -> list[MemberId]:
+        """The best few targets that are not `members`: a couple by load and by primaries, and the
+        best of each zone."""
+        found: set[MemberId] = set()
+        for ordered, wanted in (
+            (self.by_load, 2),
+            (self.by_primaries, 2),
+            *((zone, 1) for zone in self.zones.values()),
+        ):
+            others = (mid for mid in ordered if mid not in members)
+            found.update(itertools.islice(others, wanted))
+        return sorted(found)
+
+
+def _best_move(j: _Journal, tally: _Tally, targets: _Targets, in_place_handoff: bool) -> _Move | None:
+    """The journal's move that lowers the objective most (or widens its zone spread), if any."""
+    assert j.primary is not None
+    p = _mid(j.primary)
+    best: _Move | None = None
+
+    def consider(move: _Move) -> None:
+        nonlocal best
+        zone_gain, delta = move.score
+        if zone_gain < 0 or (zone_gain == 0 and delta < -_EPSILON):
+            if best is None or move.score < best.score:
+                best = move
+
+    if in_place_handoff:
+        for a in j.current:
+            if a.slot != 0 and _mid(a) in tally.usable and j.consistent[a.key]:
+                consider(_Move((0, tally.primary_move(p, _mid(a))), "handoff", _mid(a), replica=a))
+    outside = targets.outside(j.members)
+    if not outside:
+        return best
+    zones_now = _distinct_zones(j.members)
+    crowding = Counter(z for z, _ in j.members)
+    for source in sorted(j.members):
+        rest = [m for m in j.members if m != source]
+        for target in outside:
+            zones_after = _distinct_zones([*rest, target])
+            if zones_after < zones_now:
+                continue
+            if zones_after == zones_now and target[0] != source[0] and crowding[target[0]] >= crowding[source[0]]:
+                continue  # It would crowd the target's zone more than it relieves the source's.
+            gain = -(zones_after - zones_now)
+            delta = tally.load_move(source, target)
+            if source != p:
+                consider(_Move((gain, delta), "add", target, source=source))
+            consider(_Move((gain, delta + tally.primary_move(p, target)), "add-primary", target, source=source))
+    return best
+
+
+def _rebalance(states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool) -> None:
+    """Plan the upgrades of repair Adds, then up to `budget` other moves."""
+    _upgrade(states, tally)
+    if budget > 0:
+        _move(states, tally, budget, in_place_handoff)
+
+
+def _upgrade(states: list[_Journal], tally: _Tally) -> None:
+    """Make a repair Add an AddPrimary where the added member has fewer primaries than the
+    journal's primary, best (member pair) first. Not budgeted: the journal changes anyway, and when
+    every usable member holds the journal this is the only chance to move its primary."""
+    groups: dict[tuple[MemberId, MemberId], list[tuple[_Journal, Add]]] = {}
+    for j in states:
+        if j.primary is not None:
+            for add in j.upgradable:
+                groups.setdefault((_mid(j.primary), (add.zone, add.suffix)), []).append((j, add))
+    for group in groups.values():
+        group.reverse()  # pop() takes journals in name order.
+    while groups:
+        pair = min(groups, key=lambda k: (tally.primary_move(*k), k))
+        if tally.primary_move(*pair) >= -_EPSILON:
+            return
+        j, add = groups[pair].pop()
+        if not groups[pair]:
+            del groups[pair]
+        if j.primary is not None:
+            _apply_move(j, _Move((0, 0.0), "upgrade", pair[1], upgraded=add), tally)
+
+
+def _improvable(tally: _Tally, journals: list[_Journal]) -> bool:
+    """Whether any move could lower the objective or widen a journal's zone spread."""
+    usable = [mid for mid in tally.usable if tally.has_room(mid)]
+    if not usable:
+        return False
+    grow_load = min(tally.grow_load(m) for m in usable)
+    grow_primaries = min(tally.grow_primaries(m) for m in usable)
+    if any(tally.shrink_load(m) > grow_load + _EPSILON for m in tally.usable if tally.load[m] > 0):
+        return True
+    if any(tally.shrink_primaries(m) > grow_primaries + _EPSILON for m in tally.usable if tally.primaries[m] > 0):
+        return True
+    zones = len({z for z, _ in tally.usable})
+    return any(_distinct_zones(j.members) < min(zones, len(j.members)) for j in journals)
+
+
+def _move(states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool) -> None:
+    """Plan up to `budget` moves of complete journals: journals whose primary, then members, are
+    the most loaded go first; each takes its best move with the tallies of the moment."""
+    candidates = [j for j in states if j.complete]
+    for _ in range(MOVE_PASSES):
+        if budget <= 0 or not candidates or not _improvable(tally, candidates):
+            return
+        order = sorted(
+            candidates,
+            key=lambda j: (
+                -tally.shrink_primaries(_mid(j.primary)) if j.primary is not None else 0.0,
+                -max(tally.shrink_load(m) for m in j.members),
+                j.name,
+            ),
+        )
+        moved = False
+        targets = _Targets(tally)
+        for j in order:
+            move = _best_move(j, tally, targets, in_place_handoff)
+            if move is None:
+                continue
+            _apply_move(j, move, tally)
+            moved = True
+            budget -= 1
+            if budget <= 0:
+                return
+            targets = _Targets(tally)
+        if not moved:
+            return
+        candidates = [j for j in candidates if j.complete]
+
+
+def _apply_move(j: _Journal, move: _Move, tally: _Tally) -> None:
+    assert j.primary is not None
+    primary, p, item = j.primary, _mid(j.primary), j.item
+    target = tally.usable[move.target]
+
+    def add_at(slot: int) -> Add:
+        return Add(item.name, target.zone, target.suffix, slot, target.lease, target.key,
+                   target.mod_revision, item.mod_revision)
+
+    if move.kind == "upgrade":
+        assert move.upgraded is not None
+        index = j.changes.index(move.upgraded)
+        j.changes[index] = AddPrimary(add_at(0), primary, move.upgraded.slot)
+        j.repair_adds.remove(move.upgraded)
+    elif move.kind == "handoff":
+        assert move.replica is not None
+        j.changes.append(Handoff(primary, move.replica, j.next_slot, item.mod_revision))
+        j.next_slot += 1
+    else:
+        assert move.source is not None
+        if move.kind == "add":
+            j.changes.append(add_at(j.next_slot))
+        else:
+            j.changes.append(AddPrimary(add_at(0), primary, j.next_slot))
+        j.next_slot += 1
+        tally.add(move.target)
+        tally.load[move.source] -= 1  # It holds the journal until the journal sheds it.
+        j.members.discard(move.source)
+        j.members.add(move.target)
+    if move.kind != "add":
+        tally.primaries[p] -= 1
+        tally.primaries[move.target] += 1
+    j.primary, j.complete = None, False  # One move per journal and round.
+
+
+def _rekey(root: str, a: Assignment, slot: int) -> tuple[list[Any], list[Any]]:
+    """Guards and operations that move assignment `a` to `slot`, keeping its value and lease."""
+    key = assignment_key(root, a.journal, a.zone, a.suffix, slot)
+    return (
+        [compare_mod(a.key, a.mod_revision), compare_create(key, 0)],
+        [delete_op(a.key), put_op(key, _route_value(a.route), lease=a.lease)],
+    )
 
 
 def _route_value(route: pb.Route) -> bytes:
@@ -240,6 +694,17 @@ def change_txn(root: str, change: Change) -> tuple[list[Any], list[Any]]:
                 compare_create(key, 0),
             ],
             [put_op(key, b"", lease=change.lease)],
+        )
+    if isinstance(change, AddPrimary):
+        add_guards, add_ops = change_txn(root, change.add)
+        guards, ops = _rekey(root, change.primary, change.slot)
+        return add_guards + guards, ops + add_ops
+    if isinstance(change, Handoff):
+        old_guards, old_ops = _rekey(root, change.primary, change.slot)
+        new_guards, new_ops = _rekey(root, change.replica, 0)
+        return (
+            [compare_mod(item_key(root, change.journal), change.item_mod_revision), *old_guards, *new_guards],
+            old_ops + new_ops,
         )
     a = change.assignment
     if isinstance(change, Remove):
@@ -299,10 +764,12 @@ def batch_txns(
     return batches
 
 
-def plan_keyspace(keyspace: KeySpace, max_replication: int = MAX_REPLICATION) -> list[Change]:
+def plan_keyspace(
+    keyspace: KeySpace, max_replication: int = MAX_REPLICATION, *, in_place_handoff: bool = IN_PLACE_HANDOFF
+) -> list[Change]:
     """`plan` over the mirror's current contents."""
     assignments = {j: keyspace.assignments(j) for j in keyspace.assigned_journals()}
-    return plan(keyspace.journals, keyspace.members, assignments, max_replication)
+    return plan(keyspace.journals, keyspace.members, assignments, max_replication, in_place_handoff=in_place_handoff)
 
 
 async def run_allocator(
@@ -314,6 +781,7 @@ async def run_allocator(
     *,
     max_txn_ops: int = MAX_TXN_OPS,
     log: logging.Logger | None = None,
+    in_place_handoff: bool = IN_PLACE_HANDOFF,
 ) -> None:
     """Converge assignments whenever this member leads, until `stop` is set or the mirror closes."""
     log = log or _log
@@ -323,14 +791,30 @@ async def run_allocator(
             generation = keyspace.generation
             leader = leader_of(keyspace.members)
             if leader is not None and (leader.zone, leader.suffix) == me:
-                changes = plan_keyspace(keyspace, max_replication)
+                changes = plan_keyspace(keyspace, max_replication, in_place_handoff=in_place_handoff)
                 if changes:
+                    _log_moves(changes, log)
                     if not await _apply(client, keyspace, changes, leader, max_txn_ops, log):
                         await _wait(keyspace, generation, stop, RETRY_DELAY)
                     continue
             await _wait(keyspace, generation, stop, None)
     except KeySpaceClosedError:
         return
+
+
+def _log_moves(changes: Sequence[Change], log: logging.Logger) -> None:
+    """Say where primaries move, so that operators can follow a rebalance."""
+    for change in changes:
+        if isinstance(change, AddPrimary):
+            log.info(
+                "allocator moves a primary to a new member",
+                extra={"journal": change.journal, "from": change.primary.suffix, "to": change.add.suffix},
+            )
+        elif isinstance(change, Handoff):
+            log.info(
+                "allocator hands a primary to a replica",
+                extra={"journal": change.journal, "from": change.primary.suffix, "to": change.replica.suffix},
+            )
 
 
 async def _apply(
