@@ -35,7 +35,12 @@ def pytest_report_header() -> str:
 def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (`http://127.0.0.1:PORT`) of an etcd process that lives for the whole session."""
     tmp = tmp_path_factory.mktemp("etcd")
-    proc = EtcdProcess(tmp / "data", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log")
+    # No fsync: on a loaded 2-core host etcd's WAL fsyncs stalled long enough for every broker's
+    # lease to expire at once (the brokers then exit, as they must). Test data is throwaway.
+    proc = EtcdProcess(
+        tmp / "data", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
+        extra_args=["--unsafe-no-fsync"],
+    )
     proc.start()
     try:
         proc.wait_ready(30.0)

@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -143,8 +144,11 @@ class EtcdProcess:
         log_path: Path | None = None,
         name: str = "gazette",
         binary: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
+        self.extra_args = tuple(extra_args)
+        """More etcd flags (tests pass `--unsafe-no-fsync`)."""
         self.host = host
         self.client_port = client_port
         self.peer_port = peer_port
@@ -185,6 +189,7 @@ class EtcdProcess:
             # specs in one transaction (etcd's defaults: 128 operations, 1.5 MiB per request).
             "--max-txn-ops=16384",
             "--max-request-bytes=33554432",
+            *self.extra_args,
         ]
 
     def start(self) -> None:
