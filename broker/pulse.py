@@ -35,7 +35,10 @@ async def _nothing() -> AsyncIterator[bytes]:
 
 async def pulse(state: BrokerState, journal: str) -> int:
     """Append zero bytes to `journal` through the append FSM; return the response status."""
-    append = Append(state, pb.AppendRequest(journal=journal, do_not_proxy=True))
+    # NO_RESUME: a pulse must not resume a journal suspended since its last look (an append's
+    # default, SUSPEND_RESUME, would: a race that undid `gazctl journals suspend`).
+    req = pb.AppendRequest(journal=journal, do_not_proxy=True, suspend=pb.AppendRequest.SUSPEND_NO_RESUME)
+    append = Append(state, req)
     await append.prepare()
     if append.response is not None:
         return append.response.status

@@ -24,6 +24,7 @@ from broker.fragment import content_path, sha1sum_from_digest
 from broker.keyspace import put_op, txn
 from broker.pipeline import Pipeline
 from broker.protocol import labels, pb
+from broker.pulse import pulse
 from broker.service import _content_chunks
 from broker.stores.memory import bucket_objects
 from tests.broker.inprocess import InProcessBroker, InProcessCluster, append, content
@@ -541,6 +542,16 @@ async def test_fully_suspended_journal_without_resume_is_suspended(
     await new_journal(inproc_cluster, a, replication=1, suspend=suspend(LEVEL.FULL, 40))
     resp = await append(a, J, b"data", suspend=AS.SUSPEND_NO_RESUME)
     assert resp.status == pb.SUSPENDED
+    spec, _ = await inproc_cluster.spec(J)
+    assert (spec.suspend.level, spec.suspend.offset) == (LEVEL.FULL, 40)
+
+
+async def test_a_pulse_does_not_resume_a_suspended_journal(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair
+) -> None:
+    a, _ = inproc_pair
+    await new_journal(inproc_cluster, a, replication=1, suspend=suspend(LEVEL.FULL, 40))
+    assert await pulse(a.state, J) == pb.SUSPENDED
     spec, _ = await inproc_cluster.spec(J)
     assert (spec.suspend.level, spec.suspend.offset) == (LEVEL.FULL, 40)
 
