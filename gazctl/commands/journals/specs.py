@@ -13,6 +13,7 @@ from google.protobuf import text_format
 
 from broker.client import JournalClient, apply_journals, list_journals, watch_journals
 from broker.protocol import pb
+from broker.specs import strict
 from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
@@ -203,8 +204,10 @@ def _apply(settings: Settings, changes: list[pb.ApplyRequest.Change], max_txn_si
 def _read_specs(specs: str) -> tuple[str, str]:
     """Return the text of the specs file (or stdin, for `-`) and its name for error messages."""
     if specs == "-":
-        return sys.stdin.read(), "<stdin>"
+        stdin = getattr(sys.stdin, "buffer", None)
+        return (strict.decode_utf8(stdin.read(), "<stdin>") if stdin else sys.stdin.read()), "<stdin>"
     try:
-        return Path(specs).read_text(encoding="utf-8"), specs
-    except (OSError, UnicodeDecodeError) as err:
-        raise GazctlError(f"cannot read --specs {specs}: {err}") from None
+        data = Path(specs).read_bytes()
+    except OSError as err:
+        raise GazctlError(f"cannot read --specs {specs}: {err.strerror or err}") from None
+    return strict.decode_utf8(data, specs), specs

@@ -3,7 +3,11 @@
 A spec directory holds journalspace YAML trees (`*.yaml`, `*.yml`), and jinja2 templates of them
 (`*.yaml.j2`, `*.yml.j2`) rendered against a values file (`--values`, default `values.yaml` in
 the directory when it exists; it is never read as a spec). Hidden files and directories (such as
-`.git/` and `.github/`) are skipped. Every journal must be named exactly once across all files.
+`.git/` and `.github/`) are skipped. Templates render in jinja2's immutable sandbox: they may
+import macros and include files of the directory, but not reach Python internals, change the
+values other templates see, or build strings, lists and numbers of unbounded size with `*` and
+`**`; anything a template raises is a TreeError at its file and line. Every journal must be
+named exactly once across all files.
 `revision` and `delete` have no place in such a tree: sync reads revisions from the cluster, and
 a journal is deleted by removing it from the tree (`sync --prune`).
 """
@@ -11,17 +15,21 @@ a journal is deleted by removing it from the tree (`sync --prune`).
 from __future__ import annotations
 
 import hashlib
+import math
+import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.utils import generate_lorem_ipsum
 
 from broker.protocol import pb
-from broker.specs import strict
+from broker.specs import SpecError, strict
 from broker.specs.strict import At
 from gazctl.specs import journalspace
 from gazctl.specs.gitops.errors import TreeError
@@ -71,20 +79,29 @@ def default_values(root: Path) -> Path | None:
 
 
 def load_values(path: Path) -> dict[str, Any]:
-    """The variables of a values file: a YAML mapping."""
+    """The variables of a values file: a YAML mapping of names (strings other than `self`) to values."""
+    return decode_values(_read(path, "values file"), str(path))
+
+
+def decode_values(text: str, file: str) -> dict[str, Any]:
+    """The variables of the text of a values file (see `load_values`); errors name `file`."""
+
+    def decode(fast: bool) -> dict[str, Any]:
+        doc, at = strict.load(text, file, fast=fast)
+        if doc is None:
+            return {}
+        if not isinstance(doc, Mapping):
+            raise at.error(f"a values file must be a mapping of names to values; got {strict.describe(doc)}")
+        names = strict.names(doc, at, what="template variable")
+        if "self" in names:
+            raise names["self"][1].error("`self` cannot be a template variable: jinja2 reserves it for the template")
+        return {name: value for name, (value, _) in names.items()}
+
     try:
-        doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise TreeError(f"{path}: cannot read values file: {err.strerror}") from None
-    except YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise TreeError(f"{where}: invalid YAML in values file: {getattr(err, 'problem', err)}") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise TreeError(f"{path}: a values file must be a mapping of names to values, not {type(doc).__name__}")
-    return doc
+        return decode(True)  # The safe loader's plain values, as templates have always seen them.
+    except SpecError as err:
+        decode(False)  # The same error, at its line and column.
+        raise err from None
 
 
 def load_tree(root: Path, values: Path | None = None) -> SpecTree:
@@ -110,9 +127,10 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
             text = _render(env, relative, path, variables)
             label = f"{path} (rendered)"
         texts[label] = text
-        digest.update(f"{relative}\0{len(text)}\0".encode())
+        declared = _journals_of(text, label)  # Before hashing: the text is valid Unicode once it parses.
+        digest.update(os.fsencode(relative) + f"\0{len(text)}\0".encode())
         digest.update(text.encode())
-        for journal in _journals_of(text, label):
+        for journal in declared:
             name = journal.spec.name
             if name in journals:
                 first, again = _located(journals[name], texts), _located(journal, texts)
@@ -123,16 +141,68 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
     return SpecTree(root, files, dict(sorted(journals.items())), digest.hexdigest())
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, what: str = "spec file") -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TreeError(f"{path}: cannot read spec file: {err}") from None
+        data = path.read_bytes()
+    except OSError as err:
+        raise TreeError(f"{path}: cannot read {what}: {err.strerror or err}") from None
+    return strict.decode_utf8(data, str(path))
+
+
+MAX_REPEAT = 1 << 24
+"""The longest string or list a template may build with `*` (16 Mi items)."""
+MAX_POWER_BITS = 1 << 16
+"""The largest integer a template may compute with `**` (65,536 bits)."""
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """jinja2's immutable sandbox, with `*`, `**` and `lipsum()` bounded (as `range()` is by the sandbox).
+
+    Bounds stop a typo from exhausting memory or time; they cannot stop a template meant to (a loop
+    over `range(99999)` within another, a filter given a width of a billion).
+    """
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.globals["lipsum"] = _lipsum
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _require_repeat(left, right)
+            _require_repeat(right, left)
+        elif operator == "**":
+            _require_power(left, right)
+        return super().call_binop(context, operator, left, right)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # jinja2's names.
+    if not (0 <= n <= 100 and 0 <= min <= 1000 and 0 <= max <= 1000):
+        raise SecurityError(f"lipsum({n}, min={min}, max={max}) is larger than 100 paragraphs of 1,000 words")
+    return str(generate_lorem_ipsum(n, html, min, max))
+
+
+def _require_repeat(sequence: Any, times: Any) -> None:
+    if isinstance(sequence, (str, list, tuple)) and isinstance(times, int) and len(sequence) * times > MAX_REPEAT:
+        raise SecurityError(
+            f"{type(sequence).__name__} of {len(sequence):,} items * {times:,} is longer than {MAX_REPEAT:,} items"
+        )
+
+
+def _require_power(base: Any, exponent: Any) -> None:
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and abs(base) > 1
+        and exponent * math.log2(abs(base)) > MAX_POWER_BITS
+    ):
+        raise SecurityError(f"{base} ** {exponent} is larger than {MAX_POWER_BITS:,} bits")
 
 
 def _environment(root: Path) -> jinja2.Environment:
     # StrictUndefined: a misspelled variable is an error, not an empty string in a spec.
-    return jinja2.Environment(
+    return _Sandbox(
         loader=jinja2.FileSystemLoader(str(root)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -141,14 +211,28 @@ def _environment(root: Path) -> jinja2.Environment:
 
 
 def _render(env: jinja2.Environment, name: str, path: Path, variables: Mapping[str, Any]) -> str:
+    """Render one template; any error it raises (its own, jinja2's, or Python's) is a TreeError at its line."""
     try:
-        return env.get_template(name).render(**variables)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Python's SyntaxWarnings of the compiled template (`{{ 1[0] }}`).
+            return env.get_template(name).render(variables)
     except jinja2.TemplateSyntaxError as err:
         where = err.filename or str(path)
-        raise TreeError(f"{where}:{err.lineno}: template syntax error: {err.message}") from None
+        raise TreeError(f"{where}:{err.lineno}: template syntax error: {_one_line(err.message)}") from None
     except jinja2.TemplateError as err:
         line = _template_line(err, name)
-        raise TreeError(f"{path}:{line}: template error: {err.message or err}") from None
+        raise TreeError(f"{path}:{line}: template error: {_one_line(err.message or err)}") from None
+    except RecursionError as err:
+        line = _template_line(err, name)
+        raise TreeError(f"{path}:{line}: template error: recursion too deep (an include or macro that calls"
+                        " itself?)") from None
+    except Exception as err:  # A template runs code: whatever it raises is the template's error.
+        line = _template_line(err, name)
+        raise TreeError(f"{path}:{line}: template error: {type(err).__name__}: {_one_line(err)}") from None
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split()) or "(no message)"
 
 
 def _template_line(err: BaseException, name: str) -> int | str:
