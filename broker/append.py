@@ -9,7 +9,6 @@ acknowledge before the client is answered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -93,8 +92,7 @@ class Append:
                 continue
             if res.status == pb.NO_JOURNAL_PRIMARY_BROKER and time.monotonic() < deadline:
                 # A resumed or new journal awaits the allocator: give it a moment.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.state.keyspace.wait_for_change(), deadline - time.monotonic())
+                await self.state.keyspace.wait_for_change_within(deadline - time.monotonic())
                 continue
             if res.status != pb.OK:
                 self._finish(res.status, res.header)

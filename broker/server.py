@@ -4,7 +4,6 @@ replicas, the gRPC service on an internal socket, and the public one-port listen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -294,8 +293,7 @@ class Broker:
             if remaining <= 0:
                 log.warning("journals not handed off in time; exiting anyway", extra={"journals": held[:10]})
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(keyspace.wait_for_change(), min(remaining, 1.0))
+            await keyspace.wait_for_change_within(min(remaining, 1.0))
         log.info("journals handed off")
 
     async def _persist_spools(self) -> bool:

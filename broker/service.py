@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn
@@ -253,8 +252,7 @@ class JournalService(pb_grpc.JournalServicer):
                 # client's content was read: try again once the route changes, for a while.
                 if asyncio.get_running_loop().time() >= deadline:
                     await _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.state.keyspace.wait_for_change(), PROXY_RETRY_INTERVAL)
+                await self.state.keyspace.wait_for_change_within(PROXY_RETRY_INTERVAL)
                 continue
             if append.response is not None:
                 return append.response
@@ -265,8 +263,7 @@ class JournalService(pb_grpc.JournalServicer):
                 return proxied
             # The primary cannot be reached and nothing of the client's stream is spent: resolve
             # again once the mirror changes (the primary's lease expires, the allocator moves on).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state.keyspace.wait_for_change(), PROXY_RETRY_INTERVAL)
+            await self.state.keyspace.wait_for_change_within(PROXY_RETRY_INTERVAL)
         try:
             resp = await append.stream(
                 _content_chunks(request_iterator, first.journal, self.state.min_append_rate)
