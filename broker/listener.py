@@ -93,17 +93,22 @@ class OnePortListener:
         assert self._server is not None, "start() first"
         await self._server.start_serving()
 
-    async def close(self, grace: float = 0.0) -> None:
-        """Stop accepting; close HTTP connections now and gRPC relays after up to `grace` seconds.
-
-        Run it concurrently with the grpc server's own `stop(grace)`: relays that the server ends
-        within the grace period finish on their own; any left are then closed.
-        """
+    async def stop_accepting(self) -> None:
+        """Accept no more connections, and drop those that have not yet said what they speak."""
         if self._server is not None:
             self._server.close()
         for task in list(self._pending):
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def close(self, grace: float = 0.0) -> None:
+        """Stop accepting; close HTTP connections now and gRPC relays after up to `grace` seconds.
+
+        Run it concurrently with the grpc server's own `stop(grace)`: relays that the server ends
+        within the grace period finish on their own; any left are then closed. (Shut the HTTP
+        handler's connections down first for them to finish their requests.)
+        """
+        await self.stop_accepting()
         for transport in list(self._accepted):
             if not isinstance(transport.get_protocol(), _Pipe):
                 transport.close()  # An HTTP connection, or one that has not yet said what it speaks.

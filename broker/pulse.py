@@ -5,7 +5,10 @@ primary appends nothing every minute, and just after each boundary of a journal 
 unpersisted content; the append FSM then rolls the spool as it would for a client append.
 A journal's very first fragment is pulsed as soon as it holds content: Gazette's first-write
 rule closes it only at the next append, and a new journal's first append would otherwise
-wait up to a minute to reach its store.
+wait up to a minute to reach its store. A journal is also pulsed as soon as its route changes
+(or this broker becomes its primary), as Gazette does: the pulse builds the pipeline of the
+new route and syncs its members, so that a member that left is released at once and one that
+joined holds the journal's head before the next client append.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 
 from broker.append import Append
-from broker.pipeline import same_id
+from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 from broker.state import BrokerState
 
@@ -55,6 +58,7 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
     """Pulse every journal this broker is primary of, until `stop` is set."""
     last_pulse: dict[str, float] = {}
     pulsed_boundary: dict[str, float] = {}  # Pulse each boundary once, even if no roll follows.
+    pulsed_route: dict[str, pb.Route] = {}  # The route of each journal's last pulse.
     running: dict[str, asyncio.Task[int]] = {}
     while not stop.is_set():
         now = time.time()
@@ -71,9 +75,12 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
             elif flush > 0 and spool.first_append_time is not None and spool.fragment.content_length:
                 boundary = _next_boundary(spool.first_append_time, flush)
             at_boundary = boundary is not None and boundary <= now and pulsed_boundary.get(name) != boundary
-            due = at_boundary or now - last_pulse.get(name, 0.0) >= PULSE_INTERVAL
+            last_route = pulsed_route.get(name)
+            new_route = last_route is None or not routes_equivalent(last_route, route)
+            due = at_boundary or new_route or now - last_pulse.get(name, 0.0) >= PULSE_INTERVAL
             if due and name not in running:
                 last_pulse[name] = now
+                pulsed_route[name] = route
                 if at_boundary and boundary is not None:
                     pulsed_boundary[name] = boundary
                 task = asyncio.get_running_loop().create_task(pulse(state, name))
@@ -85,13 +92,23 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
             if name not in state.resolver.replicas:
                 del last_pulse[name]
                 pulsed_boundary.pop(name, None)
-        try:
-            await asyncio.wait_for(stop.wait(), max(0.05, wake - time.time()))
-        except TimeoutError:
-            pass
+                pulsed_route.pop(name, None)
+        await _until_change(state, stop, max(0.05, wake - time.time()))
     for task in list(running.values()):
         task.cancel()
     await asyncio.gather(*running.values(), return_exceptions=True)
+
+
+async def _until_change(state: BrokerState, stop: asyncio.Event, timeout: float) -> None:
+    """Wait at most `timeout` seconds, less if `stop` is set or the keyspace changes (a route may have)."""
+    stopped = asyncio.ensure_future(stop.wait())
+    changed = asyncio.ensure_future(state.keyspace.wait_for_change())
+    try:
+        await asyncio.wait({stopped, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in (stopped, changed):
+            waiter.cancel()
+        await asyncio.gather(stopped, changed, return_exceptions=True)
 
 
 def _pulse_done(running: dict[str, asyncio.Task[int]], name: str, task: asyncio.Task[int]) -> None:

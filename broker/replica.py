@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.fragment import Fragment, Index, Spool
+from broker.pipeline import routes_equivalent
 from broker.protocol import pb
 
 if TYPE_CHECKING:
@@ -86,6 +87,16 @@ class Replica:
                 compression_codec=self.spec.fragment.compression_codec or pb.NONE,
             )
             spool.apply(pb.ReplicateRequest(proposal=proposal, registers=spool.registers, acknowledge=True))
+
+    async def close_stale_pipeline(self, route: pb.Route) -> None:
+        """Close the pipeline if it was built for another route than `route`, once the append
+        using it (if any) is done: its Replicate streams would otherwise hold members that left
+        the route, which wait for them to end before they exit."""
+        async with self.lock:
+            pipeline = self.pipeline
+            if pipeline is not None and not routes_equivalent(pipeline.route, route):
+                self.pipeline = None
+                await pipeline.close()
 
     async def retire(self) -> None:
         """The journal is no longer assigned here: hand the spool's content to the persister (a

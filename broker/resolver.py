@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from broker.keyspace import KeySpace
-from broker.pipeline import same_id
+from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 from broker.protocol.paths import journal_of
 from broker.replica import Replica
@@ -72,13 +73,19 @@ class Resolver:
                     log.info("journal assigned", extra={"journal": name})
                 else:
                     replica.update_spec(item.spec)
+                    if replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route):
+                        self._background(replica.close_stale_pipeline(route))
         for name in list(self.replicas):
             if name not in assigned:
                 replica = self.replicas.pop(name)
                 log.info("journal unassigned", extra={"journal": name})
-                task = asyncio.get_running_loop().create_task(replica.retire())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
+                self._background(replica.retire())
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` (a replica's retirement or pipeline change) as a task `settle()` waits for."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def resolve(
         self,
@@ -141,7 +148,8 @@ class Resolver:
         return member.spec.process_spec.endpoint if member else ""
 
     async def settle(self) -> None:
-        """Wait until replicas no longer assigned have handed their spools to the persister."""
+        """Wait until replicas no longer assigned have handed their spools to the persister (so their
+        Replicate streams have ended), and stale pipelines are closed."""
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 

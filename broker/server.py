@@ -4,6 +4,7 @@ replicas, the gRPC service on an internal socket, and the public one-port listen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -41,6 +42,8 @@ STOP_GRACE = 2.0
 """Seconds RPCs in flight may take to finish once a stopping broker stops taking new ones."""
 HANDOFF_TIMEOUT = 60.0
 """Seconds an exiting broker waits for its journals to be assigned to other members."""
+REPLICATION_DRAIN_TIMEOUT = 5.0
+"""Seconds an exiting broker, its journals handed off, waits for primaries to end their Replicate streams."""
 
 
 @dataclass
@@ -246,7 +249,15 @@ class Broker:
         log.info("broker stopping")
         await self._hand_off()
         self._handed_off.set()
-        # RPCs in flight (appends proxied through this broker among them) get a grace period.
+        # The journals' primaries close their pipelines to this broker as soon as they see it left
+        # their routes: its replicas then retire. Stopping the server first would cut replication
+        # streams an append may be using.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.resolver.settle(), REPLICATION_DRAIN_TIMEOUT)
+        # HTTP requests in flight are answered (over gRPC, so first), then RPCs in flight (appends
+        # proxied through this broker among them) get a grace period.
+        await self.listener.stop_accepting()
+        await self.gateway.shut_down(grace=STOP_GRACE)
         await asyncio.gather(self.listener.close(grace=STOP_GRACE), self.grpc_server.stop(grace=STOP_GRACE))
         for replica in list(self.resolver.replicas.values()):
             await replica.flush()

@@ -18,6 +18,7 @@ from broker.fragment import Fragment, FragmentError
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
+from broker.protocol.metadata import APPEND_BEGUN, never_begun
 from broker.protocol.validation import (
     ValidationError,
     validate_append_request,
@@ -228,6 +229,8 @@ class JournalService(pb_grpc.JournalServicer):
     async def Append(
         self, request_iterator: AsyncIterator[pb.AppendRequest | ContentChunk], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
+        # Before anything else: a client whose append ends CANCELLED without it knows it was never begun.
+        await context.send_initial_metadata(APPEND_BEGUN)
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:
@@ -284,14 +287,22 @@ class JournalService(pb_grpc.JournalServicer):
         endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
         remaining = deadline - asyncio.get_running_loop().time()
         if await self.state.dialer.connected(endpoint, min(PROXY_RETRY_INTERVAL * 4, max(remaining, 0.0))):
+            call = self.state.dialer.stub(endpoint).Append(forwarding.requests(header))
             try:
-                resp: pb.AppendResponse = await self.state.dialer.stub(endpoint).Append(forwarding.requests(header))
+                resp: pb.AppendResponse = await call
                 return resp
             except grpc.aio.AioRpcError as exc:
-                retryable = exc.code() == grpc.StatusCode.UNAVAILABLE and not forwarding.consumed
-                if not retryable or asyncio.get_running_loop().time() >= deadline:
-                    await _abort_proxied(context, exc, forwarding.first.journal, header)
-                return None
+                begun = not never_begun(exc.code(), exc.details(), await call.initial_metadata())
+                retryable = (exc.code() == grpc.StatusCode.UNAVAILABLE or not begun) and not forwarding.consumed
+                if retryable and asyncio.get_running_loop().time() < deadline:
+                    return None
+                if not begun:
+                    # The primary (stopping) never began it, and the client's content is spent: say
+                    # so with a status, which the client retries knowing that nothing was written.
+                    reply = pb.AppendResponse(status=pb.NOT_JOURNAL_PRIMARY_BROKER, header=header)
+                    reply.header.process_id.CopyFrom(self.state.resolver.local_id)
+                    return reply
+                await _abort_proxied(context, exc, forwarding.first.journal, header)
         if asyncio.get_running_loop().time() >= deadline:
             peer = f"{header.process_id.zone}#{header.process_id.suffix}"
             await _abort(

@@ -8,7 +8,8 @@ Whether an append committed is known exactly except in one case: the transport f
 the empty chunk was sent (`commit_requested`), which raises `AppendOutcomeUnknown`. Any
 transport failure before that point, and any non-OK status reply, means nothing was committed:
 the broker commits only on the end of a stream that carried the empty chunk, and a status
-reply is only ever sent instead of a commit.
+reply is only ever sent instead of a commit. So does a call that a stopping broker accepted but
+never began (see broker.protocol.metadata).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import grpc
 from broker.client.dial import JournalClient
 from broker.client.errors import AppendOutcomeUnknown, ProtocolError, TransportError, status_error
 from broker.protocol import pb
+from broker.protocol.metadata import never_begun
 from broker.protocol.validation import validate_append_request
 
 CHUNK_SIZE = 1 << 20
@@ -135,12 +137,17 @@ class Appender:
             resp = await self._call
         except grpc.aio.AioRpcError as exc:
             self._transport_failed(exc)
-            error = AppendOutcomeUnknown if self.commit_requested else TransportError
+            unknown = self.commit_requested and await self._may_have_begun(exc)
+            error = AppendOutcomeUnknown if unknown else TransportError
             raise error.from_rpc_error(
                 exc, endpoint=self.endpoint, journal=self.journal, offset=self._error_offset()
             ) from exc
         self._finish(resp)
         raise ProtocolError("broker replied OK to an uncommitted append", journal=self.journal) from cause
+
+    async def _may_have_begun(self, exc: grpc.aio.AioRpcError) -> bool:
+        """False when the broker certainly never began the call (see broker.protocol.metadata)."""
+        return not never_begun(exc.code(), exc.details(), await self._call.initial_metadata())
 
     def _transport_failed(self, exc: grpc.aio.AioRpcError) -> None:
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
@@ -186,7 +193,8 @@ class Appender:
             resp = await self._call
         except grpc.aio.AioRpcError as exc:
             self._transport_failed(exc)
-            raise AppendOutcomeUnknown.from_rpc_error(
+            error = AppendOutcomeUnknown if await self._may_have_begun(exc) else TransportError
+            raise error.from_rpc_error(
                 exc, endpoint=self.endpoint, journal=self.journal, offset=self._error_offset()
             ) from exc
         except asyncio.CancelledError:

@@ -114,6 +114,16 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writable.set()
 
+    def shut_down(self) -> asyncio.Task[None] | None:
+        """Serve no request after the one in progress, whose response then says `Connection: close`;
+        close at once if there is none. Returns the connection's task, which ends once it closed."""
+        self.must_close = True
+        h = self._h11
+        idle = h.our_state is h11.IDLE and h.their_state is h11.IDLE and not h.trailing_data[0]
+        if idle and self._transport is not None:
+            self._transport.close()
+        return self._task
+
     def abort(self) -> asyncio.Task[None] | None:
         """Drop the connection now; return its task, which ends soon after."""
         if self._transport is not None:

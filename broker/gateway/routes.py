@@ -57,6 +57,14 @@ class HttpGateway:
         if initial:
             connection.data_received(initial)
 
+    async def shut_down(self, grace: float) -> None:
+        """Answer no new request: close idle connections now, give requests in progress up to `grace`
+        seconds to be answered (each connection closing after its answer), then abort the rest."""
+        tasks = [t for t in (c.shut_down() for c in list(self._connections)) if t is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        await self.close()
+
     async def close(self) -> None:
         """Abort every connection and wait until their requests have ended."""
         tasks = [c.abort() for c in list(self._connections)]

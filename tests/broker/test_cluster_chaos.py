@@ -637,11 +637,6 @@ async def test_kill_and_restart_loses_nothing(cluster: BrokerCluster) -> None:
     await chaos_run(cluster, journals, workload, writers, plan, pause=2.0, appends_may_fail=True)
 
 
-@pytest.mark.skip(
-    reason="issue 14 is open on this: in about a third of runs 1-3 of ~400 appends still fail at the client "
-    "library while a broker stops (AppendOutcomeUnknown: CANCELLED or a pipeline error mid-append); nothing is "
-    "lost. python -m tests.benchmarks.chaos --kinds sigterm reports them."
-)
 async def test_rolling_restart_fails_no_append(cluster: BrokerCluster, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="broker.client")  # Retries are expected; the ledger counts failures.
     journals = create_journals(cluster)
