@@ -67,5 +67,6 @@ def test_hand_written_grpc_stub_names_the_service_rpcs() -> None:
     for node in classes["ShardServicer"].body:
         assert isinstance(node, ast.FunctionDef)
         request = node.args.args[1].annotation
+        assert request is not None
         method = pb.DESCRIPTOR.services_by_name["Shard"].methods_by_name[node.name]
         assert ast.unparse(request) == f"_pb.{method.input_type.name}"

@@ -58,16 +58,15 @@ def test_field_numbers_follow_gazette() -> None:
     }
     assert pb.ConsumerSpec.DESCRIPTOR.fields_by_name["exiting"].number == 3
     assert pb.ListResponse.Shard.DESCRIPTOR.fields_by_name["create_revision"].number == 5
-    assert pb.ApplyRequest.Change.DESCRIPTOR.fields_by_name["primary_hints"].message_type.full_name == (
-        "recoverylog.FSMHints"
-    )
+    hints_type = pb.ApplyRequest.Change.DESCRIPTOR.fields_by_name["primary_hints"].message_type
+    assert hints_type is not None and hints_type.full_name == "recoverylog.FSMHints"
     for msg in (pb.ListRequest, pb.ListResponse, pb.ApplyRequest, pb.ApplyResponse, pb.StatRequest,
                 pb.StatResponse, pb.GetHintsRequest, pb.GetHintsResponse):
         assert msg.DESCRIPTOR.fields_by_name["extension"].number == 100
-    for msg in (pb.UnassignRequest, pb.UnassignResponse):
-        assert "extension" not in msg.DESCRIPTOR.fields_by_name
+    for unassign in (pb.UnassignRequest, pb.UnassignResponse):
+        assert "extension" not in unassign.DESCRIPTOR.fields_by_name
     assert [v.number for v in pb.ReplicaStatus.Code.DESCRIPTOR.values] == [0, 100, 200, 300, 400]
-    assert pb.Status.Name(5) == "SHARD_STOPPED"
+    assert pb.Status.Name(pb.SHARD_STOPPED) == "SHARD_STOPPED" and pb.SHARD_STOPPED == 5
     assert pb.DESCRIPTOR.services_by_name["Shard"].full_name == "consumer.Shard"
     assert hasattr(pb_grpc, "add_ShardServicer_to_server")
 
