@@ -1,17 +1,21 @@
-"""The broker's etcd keyspace: connection choice, local mirror, member announcement, allocator."""
+"""The etcd keyspace of brokers and consumers: connection choice, local mirror, member announcement,
+allocator; parameterized by a `KeySpaceSchema` (`BROKER_SCHEMA` by default)."""
 
-from broker.keyspace.allocator import desired_replication, run_allocator
+from broker.keyspace.allocator import run_allocator
 from broker.keyspace.announce import Announcement
 from broker.keyspace.errors import KeySpaceError
 from broker.keyspace.etcd import EtcdConnection, EtcdProcess, open_etcd
 from broker.keyspace.keyspace import (
+    BROKER_SCHEMA,
     Assignment,
     Item,
     KeySpace,
+    KeySpaceSchema,
     Member,
     assignment_key,
     compare_mod,
     delete_op,
+    desired_replication,
     item_key,
     member_key,
     put_op,
@@ -20,6 +24,7 @@ from broker.keyspace.keyspace import (
 )
 
 __all__ = [
+    "BROKER_SCHEMA",
     "Announcement",
     "Assignment",
     "EtcdConnection",
@@ -27,6 +32,7 @@ __all__ = [
     "Item",
     "KeySpace",
     "KeySpaceError",
+    "KeySpaceSchema",
     "Member",
     "assignment_key",
     "compare_mod",

@@ -1,4 +1,9 @@
-"""Assignment of journals to members: a pure planner and the loop that applies its plans.
+"""Assignment of items to members: a pure planner and the loop that applies its plans.
+
+Brokers (journals over brokers) and consumers (shards over consumers) share it, parameterized by
+their `KeySpaceSchema`: an item's desired replication, a member's limit and exiting state, the
+consistency rule, the value of a new or re-keyed assignment, and whether a member may join an item
+as its primary. The text below says "journal" for an item and "journal_limit" for a member's limit.
 
 The protocol digest's 10.3 solves a max-flow; this planner is greedy and aims at the same
 balance. Every member runs `run_allocator`; only the leader (the member key with the lowest
@@ -52,21 +57,24 @@ from typing import Any
 
 from broker.keyspace.errors import KeySpaceClosedError
 from broker.keyspace.keyspace import (
+    BROKER_SCHEMA,
     Assignment,
     Item,
     KeySpace,
+    KeySpaceSchema,
     Member,
     assignment_key,
     compare_create,
     compare_mod,
     delete_op,
-    is_consistent_with,
     item_key,
     parse_member_key,
     put_op,
     txn,
 )
-from broker.protocol import pb
+from broker.keyspace.keyspace import (
+    desired_replication as desired_replication,  # The broker's, re-exported.
+)
 
 MAX_REPLICATION = 9
 """Default of `--broker.max-replication`."""
@@ -84,12 +92,13 @@ MOVE_PASSES = 2
 PRIMARY_WEIGHT = 3
 """Primaries weigh three times assignments in the objective, so that a primary moves even when
 that unbalances assignments by one (a later move restores them)."""
-IN_PLACE_HANDOFF = False
-"""Whether rebalancing may make a replica the primary while the old primary stays a member. Off
-because the broker's resolver keeps a demoted primary's pipeline: its idle Replicate stream holds
-the new primary's replica lock, and the journal takes no append until the old primary's pipeline
-closes (it restarts, or loses the journal). Gazette's resolver replaces a demoted primary's
-replica; once ours closes the pipeline of a journal it no longer leads, this can be on."""
+IN_PLACE_HANDOFF = BROKER_SCHEMA.in_place_handoff
+"""The broker's default (its schema's) of whether rebalancing may make a replica the primary
+while the old primary stays a member. Off because the broker's resolver keeps a demoted primary's
+pipeline: its idle Replicate stream holds the new primary's replica lock, and the journal takes
+no append until the old primary's pipeline closes (it restarts, or loses the journal). Gazette's
+resolver replaces a demoted primary's replica; once ours closes the pipeline of a journal it no
+longer leads, this can be on. A schema gives its own default (`KeySpaceSchema.in_place_handoff`)."""
 
 _EPSILON = 1e-9
 
@@ -100,9 +109,9 @@ MemberId = tuple[str, str]
 
 @dataclass(frozen=True)
 class Add:
-    """Create an empty assignment of `journal` to a member at `slot`, under the member's lease."""
+    """Create a new (empty) assignment of item `item_id` to a member at `slot`, under the member's lease."""
 
-    journal: str
+    item_id: str
     zone: str
     suffix: str
     slot: int
@@ -110,6 +119,11 @@ class Add:
     member_key: str
     member_mod_revision: int
     item_mod_revision: int
+
+    @property
+    def journal(self) -> str:
+        """The broker's name for `item_id`."""
+        return self.item_id
 
 
 @dataclass(frozen=True)
@@ -138,8 +152,12 @@ class AddPrimary:
     slot: int
 
     @property
+    def item_id(self) -> str:
+        return self.add.item_id
+
+    @property
     def journal(self) -> str:
-        return self.add.journal
+        return self.item_id
 
 
 @dataclass(frozen=True)
@@ -153,8 +171,12 @@ class Handoff:
     item_mod_revision: int
 
     @property
+    def item_id(self) -> str:
+        return self.primary.item_id
+
+    @property
     def journal(self) -> str:
-        return self.primary.journal
+        return self.item_id
 
 
 @dataclass(frozen=True)
@@ -165,16 +187,6 @@ class DeleteOrphan:
 
 
 Change = Add | Remove | Promote | AddPrimary | Handoff | DeleteOrphan
-
-
-def desired_replication(spec: pb.JournalSpec) -> int:
-    """The spec's replication, or 1 when PARTIAL-suspended, 0 when FULL-suspended."""
-    level = spec.suspend.level
-    if level == pb.JournalSpec.Suspend.FULL:
-        return 0
-    if level == pb.JournalSpec.Suspend.PARTIAL:
-        return 1
-    return max(0, spec.replication)
 
 
 def leader_of(members: Mapping[MemberId, Member]) -> Member | None:
@@ -191,8 +203,10 @@ class _Tally:
     costs of the objective (the sum over usable members of count**2 / journal_limit, primaries
     weighted by PRIMARY_WEIGHT)."""
 
-    def __init__(self, usable: Mapping[MemberId, Member]) -> None:
+    def __init__(self, usable: Mapping[MemberId, Member], limits: Mapping[MemberId, int]) -> None:
         self.usable = usable
+        self.limits = limits
+        """Each usable member's limit (journal_limit, shard_limit)."""
         self.held: Counter[MemberId] = Counter()
         """Assignments per member once the planned changes are made: what journal_limit caps."""
         self.load: Counter[MemberId] = Counter()
@@ -200,8 +214,7 @@ class _Tally:
         self.primaries: Counter[MemberId] = Counter()
 
     def limit(self, mid: MemberId) -> int:
-        member = self.usable.get(mid)
-        return member.spec.journal_limit if member is not None else 0
+        return self.limits.get(mid, 0)
 
     def has_room(self, mid: MemberId) -> bool:
         return self.held[mid] < self.limit(mid)
@@ -250,6 +263,7 @@ class _Tally:
 class _Journal:
     """One journal's planning state."""
 
+    name: str
     item: Item
     current: list[Assignment]
     replication: int
@@ -267,10 +281,6 @@ class _Journal:
     """Consistent, exactly `replication` assignments, all on usable members, nothing planned and
     no move made: it may move."""
 
-    @property
-    def name(self) -> str:
-        return self.item.name
-
 
 def plan(
     journals: Mapping[str, Item],
@@ -278,15 +288,20 @@ def plan(
     assignments: Mapping[str, Sequence[Assignment]],
     max_replication: int = MAX_REPLICATION,
     *,
+    schema: KeySpaceSchema = BROKER_SCHEMA,
     max_moves: int | None = None,
-    in_place_handoff: bool = IN_PLACE_HANDOFF,
+    in_place_handoff: bool | None = None,
 ) -> list[Change]:
-    """The changes that move `assignments` toward the desired replication of every journal, then
-    toward balance (see the module's docstring)."""
+    """The changes that move `assignments` toward the desired replication of every item (journal
+    or shard, by name in `journals`), then toward balance (see the module's docstring).
+    `in_place_handoff` defaults to the schema's."""
+    if in_place_handoff is None:
+        in_place_handoff = schema.in_place_handoff
     # Usable members take new assignments and keep theirs; the others (exiting, limit 0, gone)
     # are shed once enough consistent replicas exist elsewhere.
-    usable = {mid: m for mid, m in members.items() if not m.spec.exiting and m.spec.journal_limit > 0}
-    tally = _Tally(usable)
+    limits = {mid: schema.member_limit(m.spec) for mid, m in members.items() if not schema.member_exiting(m.spec)}
+    usable = {mid: members[mid] for mid, limit in limits.items() if limit > 0}
+    tally = _Tally(usable, limits)
     for found in assignments.values():
         for a in found:
             tally.add(_mid(a))
@@ -302,18 +317,18 @@ def plan(
     for name in sorted(journals):
         item = journals[name]
         current = list(assignments.get(name, ()))
-        consistent = dict(zip((a.key for a in current), is_consistent_with(current), strict=True))
-        replication = min(desired_replication(item.spec), max_replication, len(usable))
-        if _moving(current, replication, usable):
+        consistent = dict(zip((a.key for a in current), schema.consistency(current), strict=True))
+        replication = min(schema.desired_replication(item.spec), max_replication, len(usable))
+        if _moving(current, replication, usable, schema):
             moving += 1
-        states.append(_Journal(item, current, replication, consistent))
+        states.append(_Journal(name, item, current, replication, consistent))
     unready = _unready_to_shed(states, usable)
     for state in states:
-        _converge(state, tally, unready)
+        _converge(state, tally, unready, schema)
 
     if max_moves is None:
         max_moves = max(MIN_MOVES, len(journals) // MOVES_DIVISOR)
-    _rebalance(states, tally, max_moves - moving, in_place_handoff)
+    _rebalance(states, tally, max_moves - moving, in_place_handoff, schema.join_as_primary)
 
     changes = orphans
     for state in states:
@@ -321,19 +336,14 @@ def plan(
     return changes
 
 
-def _moving(current: Sequence[Assignment], replication: int, usable: Mapping[MemberId, Member]) -> bool:
-    """Whether a journal is still taking up a move: its primary changed and has not yet advertised
-    the new route (an assignment's value names another primary), or it has a member to shed."""
+def _moving(
+    current: Sequence[Assignment], replication: int, usable: Mapping[MemberId, Member], schema: KeySpaceSchema
+) -> bool:
+    """Whether a journal is still taking up a move: it has a member to shed, or its values show a
+    primary hand-off under way (for brokers: the new primary has not yet advertised its route)."""
     if sum(1 for a in current if _mid(a) in usable) > replication:
         return True
-    primary = next((_mid(a) for a in current if a.slot == 0), None)
-    for a in current:
-        route = a.route
-        if 0 <= route.primary < len(route.members):
-            named = route.members[route.primary]
-            if (named.zone, named.suffix) != primary:
-                return True
-    return False
+    return schema.handing_off(current)
 
 
 def _unready_to_shed(states: list[_Journal], usable: Mapping[MemberId, Member]) -> set[MemberId]:
@@ -351,7 +361,7 @@ def _unready_to_shed(states: list[_Journal], usable: Mapping[MemberId, Member]) 
     return unready
 
 
-def _converge(j: _Journal, tally: _Tally, unready: set[MemberId]) -> None:
+def _converge(j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpaceSchema) -> None:
     """Plan one journal's adds, removes and promotion; update `tally` as it plans."""
     usable = tally.usable
     current, replication, consistent = j.current, j.replication, j.consistent
@@ -379,7 +389,7 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId]) -> None:
     slot = max((a.slot for a in current), default=-1) + 1
     for mid in chosen:
         member = usable[mid]
-        add = Add(item.name, mid[0], mid[1], slot, member.lease, member.key, member.mod_revision, item.mod_revision)
+        add = Add(j.name, mid[0], mid[1], slot, member.lease, member.key, member.mod_revision, item.mod_revision)
         j.changes.append(add)
         j.repair_adds.append(add)
         slot += 1
@@ -439,7 +449,10 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId]) -> None:
     primary = next((a for a in remaining if a.slot == 0), None)
     if not removed and not promoted and primary is not None and replication > 0:
         j.primary = primary
-        j.upgradable = [add for add in j.repair_adds if was_consistent or _may_lead(add, current, usable)]
+        if schema.join_as_primary:
+            j.upgradable = [
+                add for add in j.repair_adds if was_consistent or _may_lead(add, current, usable, schema)
+            ]
         j.complete = (
             was_consistent
             and not j.changes
@@ -449,7 +462,9 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId]) -> None:
         )
 
 
-def _may_lead(add: Add, current: Sequence[Assignment], usable: Mapping[MemberId, Member]) -> bool:
+def _may_lead(
+    add: Add, current: Sequence[Assignment], usable: Mapping[MemberId, Member], schema: KeySpaceSchema
+) -> bool:
     """Whether the member `add` adds may become the primary of a journal that is not consistent.
 
     It may if no pipeline can hold its replica of the journal: pipelines stream to the members of
@@ -461,7 +476,7 @@ def _may_lead(add: Add, current: Sequence[Assignment], usable: Mapping[MemberId,
     mid = (add.zone, add.suffix)
     created = usable[mid].create_revision
     for a in current:
-        if a.mod_revision >= created and any((m.zone, m.suffix) == mid for m in a.route.members):
+        if a.mod_revision >= created and mid in schema.named_members(a.value):
             return False
     return True
 
@@ -518,7 +533,9 @@ class _Targets:
         return sorted(found)
 
 
-def _best_move(j: _Journal, tally: _Tally, targets: _Targets, in_place_handoff: bool) -> _Move | None:
+def _best_move(
+    j: _Journal, tally: _Tally, targets: _Targets, in_place_handoff: bool, join_as_primary: bool
+) -> _Move | None:
     """The journal's move that lowers the objective most (or widens its zone spread), if any."""
     assert j.primary is not None
     p = _mid(j.primary)
@@ -552,15 +569,20 @@ def _best_move(j: _Journal, tally: _Tally, targets: _Targets, in_place_handoff: 
             delta = tally.load_move(source, target)
             if source != p:
                 consider(_Move((gain, delta), "add", target, source=source))
-            consider(_Move((gain, delta + tally.primary_move(p, target)), "add-primary", target, source=source))
+            if join_as_primary:
+                consider(_Move((gain, delta + tally.primary_move(p, target)), "add-primary", target, source=source))
     return best
 
 
-def _rebalance(states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool) -> None:
-    """Plan the upgrades of repair Adds, then up to `budget` other moves."""
-    _upgrade(states, tally)
+def _rebalance(
+    states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool, join_as_primary: bool
+) -> None:
+    """Plan the upgrades of repair Adds (if members may join as primaries), then up to `budget`
+    other moves."""
+    if join_as_primary:
+        _upgrade(states, tally)
     if budget > 0:
-        _move(states, tally, budget, in_place_handoff)
+        _move(states, tally, budget, in_place_handoff, join_as_primary)
 
 
 def _upgrade(states: list[_Journal], tally: _Tally) -> None:
@@ -600,7 +622,9 @@ def _improvable(tally: _Tally, journals: list[_Journal]) -> bool:
     return any(_distinct_zones(j.members) < min(zones, len(j.members)) for j in journals)
 
 
-def _move(states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool) -> None:
+def _move(
+    states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: bool, join_as_primary: bool
+) -> None:
     """Plan up to `budget` moves of complete journals: journals whose primary, then members, are
     the most loaded go first; each takes its best move with the tallies of the moment."""
     candidates = [j for j in states if j.complete]
@@ -618,7 +642,7 @@ def _move(states: list[_Journal], tally: _Tally, budget: int, in_place_handoff: 
         moved = False
         targets = _Targets(tally)
         for j in order:
-            move = _best_move(j, tally, targets, in_place_handoff)
+            move = _best_move(j, tally, targets, in_place_handoff, join_as_primary)
             if move is None:
                 continue
             _apply_move(j, move, tally)
@@ -638,7 +662,7 @@ def _apply_move(j: _Journal, move: _Move, tally: _Tally) -> None:
     target = tally.usable[move.target]
 
     def add_at(slot: int) -> Add:
-        return Add(item.name, target.zone, target.suffix, slot, target.lease, target.key,
+        return Add(j.name, target.zone, target.suffix, slot, target.lease, target.key,
                    target.mod_revision, item.mod_revision)
 
     if move.kind == "upgrade":
@@ -667,72 +691,62 @@ def _apply_move(j: _Journal, move: _Move, tally: _Tally) -> None:
     j.primary, j.complete = None, False  # One move per journal and round.
 
 
-def _rekey(root: str, a: Assignment, slot: int) -> tuple[list[Any], list[Any]]:
+def _rekey(root: str, a: Assignment, slot: int, schema: KeySpaceSchema) -> tuple[list[Any], list[Any]]:
     """Guards and operations that move assignment `a` to `slot`, keeping its value and lease."""
-    key = assignment_key(root, a.journal, a.zone, a.suffix, slot)
+    key = assignment_key(root, a.item_id, a.zone, a.suffix, slot)
     return (
         [compare_mod(a.key, a.mod_revision), compare_create(key, 0)],
-        [delete_op(a.key), put_op(key, _route_value(a.route), lease=a.lease)],
+        [delete_op(a.key), put_op(key, schema.encode_assignment(a.value), lease=a.lease)],
     )
 
 
-def _route_value(route: pb.Route) -> bytes:
-    """An assignment value: empty for a route that says nothing, as when first created."""
-    if route.primary == -1 and not route.members and not route.endpoints:
-        return b""
-    return route.SerializeToString()
-
-
-def change_txn(root: str, change: Change) -> tuple[list[Any], list[Any]]:
+def change_txn(root: str, change: Change, schema: KeySpaceSchema = BROKER_SCHEMA) -> tuple[list[Any], list[Any]]:
     """The guards and operations that apply `change` under `root`."""
     if isinstance(change, Add):
-        key = assignment_key(root, change.journal, change.zone, change.suffix, change.slot)
+        key = assignment_key(root, change.item_id, change.zone, change.suffix, change.slot)
         return (
             [
                 compare_mod(change.member_key, change.member_mod_revision),
-                compare_mod(item_key(root, change.journal), change.item_mod_revision),
+                compare_mod(item_key(root, change.item_id), change.item_mod_revision),
                 compare_create(key, 0),
             ],
-            [put_op(key, b"", lease=change.lease)],
+            [put_op(key, schema.new_assignment, lease=change.lease)],
         )
     if isinstance(change, AddPrimary):
-        add_guards, add_ops = change_txn(root, change.add)
-        guards, ops = _rekey(root, change.primary, change.slot)
+        add_guards, add_ops = change_txn(root, change.add, schema)
+        guards, ops = _rekey(root, change.primary, change.slot, schema)
         return add_guards + guards, ops + add_ops
     if isinstance(change, Handoff):
-        old_guards, old_ops = _rekey(root, change.primary, change.slot)
-        new_guards, new_ops = _rekey(root, change.replica, 0)
+        old_guards, old_ops = _rekey(root, change.primary, change.slot, schema)
+        new_guards, new_ops = _rekey(root, change.replica, 0, schema)
         return (
-            [compare_mod(item_key(root, change.journal), change.item_mod_revision), *old_guards, *new_guards],
+            [compare_mod(item_key(root, change.item_id), change.item_mod_revision), *old_guards, *new_guards],
             old_ops + new_ops,
         )
     a = change.assignment
     if isinstance(change, Remove):
         return (
             [
-                compare_mod(item_key(root, a.journal), change.item_mod_revision),
+                compare_mod(item_key(root, a.item_id), change.item_mod_revision),
                 compare_mod(a.key, a.mod_revision),
             ],
             [delete_op(a.key)],
         )
     if isinstance(change, Promote):
-        key = assignment_key(root, a.journal, a.zone, a.suffix, 0)
-        return (
-            [
-                compare_mod(item_key(root, a.journal), change.item_mod_revision),
-                compare_mod(a.key, a.mod_revision),
-                compare_create(key, 0),
-            ],
-            [delete_op(a.key), put_op(key, _route_value(a.route), lease=a.lease)],
-        )
+        guards, ops = _rekey(root, a, 0, schema)
+        return [compare_mod(item_key(root, a.item_id), change.item_mod_revision), *guards], ops
     return (
-        [compare_create(item_key(root, a.journal), 0), compare_mod(a.key, a.mod_revision)],
+        [compare_create(item_key(root, a.item_id), 0), compare_mod(a.key, a.mod_revision)],
         [delete_op(a.key)],
     )
 
 
 def batch_txns(
-    root: str, changes: Sequence[Change], leader: Member, max_ops: int = MAX_TXN_OPS
+    root: str,
+    changes: Sequence[Change],
+    leader: Member,
+    max_ops: int = MAX_TXN_OPS,
+    schema: KeySpaceSchema = BROKER_SCHEMA,
 ) -> list[tuple[list[Any], list[Any]]]:
     """Group changes into transactions of at most `max_ops` compares and ops, each guarded by the
     leader's member key being unchanged."""
@@ -751,7 +765,7 @@ def batch_txns(
 
     reset()
     for change in changes:
-        guards, change_ops = change_txn(root, change)
+        guards, change_ops = change_txn(root, change, schema)
         new = {guard_id(g): g for g in guards if guard_id(g) not in compares}
         if ops and (len(compares) + len(new) > max_ops or len(ops) + len(change_ops) > max_ops):
             batches.append((list(compares.values()), list(ops)))
@@ -765,11 +779,18 @@ def batch_txns(
 
 
 def plan_keyspace(
-    keyspace: KeySpace, max_replication: int = MAX_REPLICATION, *, in_place_handoff: bool = IN_PLACE_HANDOFF
+    keyspace: KeySpace, max_replication: int = MAX_REPLICATION, *, in_place_handoff: bool | None = None
 ) -> list[Change]:
-    """`plan` over the mirror's current contents."""
-    assignments = {j: keyspace.assignments(j) for j in keyspace.assigned_journals()}
-    return plan(keyspace.journals, keyspace.members, assignments, max_replication, in_place_handoff=in_place_handoff)
+    """`plan` over the mirror's current contents, with its schema."""
+    assignments = {name: keyspace.assignments(name) for name in keyspace.assigned_items()}
+    return plan(
+        keyspace.items,
+        keyspace.members,
+        assignments,
+        max_replication,
+        schema=keyspace.schema,
+        in_place_handoff=in_place_handoff,
+    )
 
 
 async def run_allocator(
@@ -781,9 +802,10 @@ async def run_allocator(
     *,
     max_txn_ops: int = MAX_TXN_OPS,
     log: logging.Logger | None = None,
-    in_place_handoff: bool = IN_PLACE_HANDOFF,
+    in_place_handoff: bool | None = None,
 ) -> None:
-    """Converge assignments whenever this member leads, until `stop` is set or the mirror closes."""
+    """Converge assignments whenever this member leads, until `stop` is set or the mirror closes.
+    The mirror's schema says what its items and members are; `in_place_handoff` defaults to it."""
     log = log or _log
     me = parse_member_key(keyspace.root, self_key)
     try:
@@ -793,7 +815,7 @@ async def run_allocator(
             if leader is not None and (leader.zone, leader.suffix) == me:
                 changes = plan_keyspace(keyspace, max_replication, in_place_handoff=in_place_handoff)
                 if changes:
-                    _log_moves(changes, log)
+                    _log_moves(changes, log, keyspace.schema.kind)
                     if not await _apply(client, keyspace, changes, leader, max_txn_ops, log):
                         await _wait(keyspace, generation, stop, RETRY_DELAY)
                     continue
@@ -802,18 +824,18 @@ async def run_allocator(
         return
 
 
-def _log_moves(changes: Sequence[Change], log: logging.Logger) -> None:
-    """Say where primaries move, so that operators can follow a rebalance."""
+def _log_moves(changes: Sequence[Change], log: logging.Logger, kind: str) -> None:
+    """Say where primaries move, so that operators can follow a rebalance; `kind` names an item."""
     for change in changes:
         if isinstance(change, AddPrimary):
             log.info(
                 "allocator moves a primary to a new member",
-                extra={"journal": change.journal, "from": change.primary.suffix, "to": change.add.suffix},
+                extra={kind: change.item_id, "from": change.primary.suffix, "to": change.add.suffix},
             )
         elif isinstance(change, Handoff):
             log.info(
                 "allocator hands a primary to a replica",
-                extra={"journal": change.journal, "from": change.primary.suffix, "to": change.replica.suffix},
+                extra={kind: change.item_id, "from": change.primary.suffix, "to": change.replica.suffix},
             )
 
 
@@ -826,7 +848,7 @@ async def _apply(
     log: logging.Logger,
 ) -> bool:
     """Apply planned changes batch by batch; False once a batch fails, so the caller re-plans."""
-    for compares, ops in batch_txns(keyspace.root, changes, leader, max_txn_ops):
+    for compares, ops in batch_txns(keyspace.root, changes, leader, max_txn_ops, keyspace.schema):
         try:
             ok, revision = await txn(client, compares, ops)
         except Exception as exc:

@@ -16,6 +16,8 @@ from aetcd.exceptions import ClientError
 
 from broker.keyspace.errors import AnnounceError, LeaseLostError
 from broker.keyspace.keyspace import (
+    BROKER_SCHEMA,
+    KeySpaceSchema,
     compare_create,
     compare_mod,
     get_op,
@@ -24,7 +26,6 @@ from broker.keyspace.keyspace import (
     txn,
     txn_response,
 )
-from broker.protocol import pb
 
 LEASE_TTL = 20.0
 """Seconds of the member's session lease (`--etcd.lease`)."""
@@ -36,14 +37,16 @@ _log = logging.getLogger(__name__)
 
 
 class Announcement:
-    """The member key `<root>/members/<zone>#<suffix>`, held under this process's lease."""
+    """The member key `<root>/members/<zone>#<suffix>`, held under this process's lease. `spec` is
+    the member's spec (a BrokerSpec, or what `schema` decodes: a consumer's ConsumerSpec)."""
 
     def __init__(
         self,
         client: Any,
         root: str,
-        spec: pb.BrokerSpec,
+        spec: Any,
         *,
+        schema: KeySpaceSchema = BROKER_SCHEMA,
         ttl: float = LEASE_TTL,
         retry_interval: float = RETRY_INTERVAL,
         on_lost: Callable[[], None] | None = None,
@@ -51,7 +54,9 @@ class Announcement:
     ) -> None:
         self.client = client
         self.spec = spec
-        self.key = member_key(root.rstrip("/"), spec.process_spec.id.zone, spec.process_spec.id.suffix)
+        self.schema = schema
+        process_id = schema.member_process(spec).id
+        self.key = member_key(root.rstrip("/"), process_id.zone, process_id.suffix)
         # etcd leases have whole-second TTLs.
         self.ttl = max(1, math.ceil(ttl))
         self.retry_interval = retry_interval
@@ -93,7 +98,7 @@ class Announcement:
                 warned = True
                 self.log.warning(
                     "member key %s is held under another lease (%s), likely a previous process with the "
-                    "same --broker.id; waiting for it to be released or to expire (at most its TTL)",
+                    "same id (zone and suffix); waiting for it to be released or to expire (at most its TTL)",
                     self.key,
                     held,
                 )
@@ -137,8 +142,8 @@ class Announcement:
             if not resp.kvs or resp.kvs[0].lease != self.lease_id:
                 raise AnnounceError(f"member key {self.key} is no longer held under lease {self.lease_id:x}")
             kv = resp.kvs[0]
-            spec = pb.BrokerSpec.FromString(kv.value)
-            spec.exiting = True
+            spec = self.schema.decode_member(kv.value)
+            self.schema.mark_exiting(spec)
             ok, revision = await txn(
                 self.client,
                 [compare_mod(self.key, kv.mod_revision)],

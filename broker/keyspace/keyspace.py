@@ -1,10 +1,15 @@
-"""The local mirror of the etcd keyspace under the root: journal specs, members and assignments.
+"""The local mirror of an etcd keyspace under a root: items, members and assignments.
 
-Key layout (protocol digest 10.1), with `#` as the separator:
+Brokers and consumers share it (and the member announcement and allocator), each through its
+`KeySpaceSchema`: the broker's items are JournalSpecs, its members BrokerSpecs and its assignment
+values Routes (`BROKER_SCHEMA`, the default); a consumer application's items are ShardSpecs, its
+members ConsumerSpecs and its assignment values ReplicaStatuses (`consumer.keyspace`).
 
-    <root>/items/<journal>                        JournalSpec
-    <root>/members/<zone>#<suffix>                BrokerSpec, under the member's lease
-    <root>/assign/<journal>#<zone>#<suffix>#<slot>  Route, or empty; under the member's lease
+Key layout (protocol digest 10.1, consumer digest 7), with `#` as the separator:
+
+    <root>/items/<item>                          item spec (journal or shard)
+    <root>/members/<zone>#<suffix>               member spec, under the member's lease
+    <root>/assign/<item>#<zone>#<suffix>#<slot>  assignment value, or empty; under the member's lease
 """
 
 from __future__ import annotations
@@ -37,30 +42,30 @@ _log = logging.getLogger(__name__)
 
 
 def item_key(root: str, name: str) -> str:
-    """Key of a journal spec."""
+    """Key of an item spec (a journal or a shard)."""
     return f"{root}{ITEMS}{name}"
 
 
 def member_key(root: str, zone: str, suffix: str) -> str:
-    """Key of a member (broker) spec."""
+    """Key of a member spec (a broker or a consumer)."""
     return f"{root}{MEMBERS}{zone}{SEP}{suffix}"
 
 
-def assignment_key(root: str, journal: str, zone: str, suffix: str, slot: int) -> str:
-    """Key of the assignment of `journal` to member (zone, suffix) at `slot`."""
-    return f"{root}{ASSIGN}{journal}{SEP}{zone}{SEP}{suffix}{SEP}{slot}"
+def assignment_key(root: str, item: str, zone: str, suffix: str, slot: int) -> str:
+    """Key of the assignment of `item` to member (zone, suffix) at `slot`."""
+    return f"{root}{ASSIGN}{item}{SEP}{zone}{SEP}{suffix}{SEP}{slot}"
 
 
-def assignments_prefix(root: str, journal: str) -> str:
-    """Prefix of every assignment key of `journal`."""
-    return f"{root}{ASSIGN}{journal}{SEP}"
+def assignments_prefix(root: str, item: str) -> str:
+    """Prefix of every assignment key of `item`."""
+    return f"{root}{ASSIGN}{item}{SEP}"
 
 
 def parse_item_key(root: str, key: str) -> str:
-    """Journal name of an item key."""
+    """Item name (journal name, shard id) of an item key."""
     name = _strip(root + ITEMS, key)
     if not name:
-        raise KeyFormatError(f"item key {key!r} has no journal name")
+        raise KeyFormatError(f"item key {key!r} has no item name")
     return name
 
 
@@ -73,10 +78,10 @@ def parse_member_key(root: str, key: str) -> tuple[str, str]:
 
 
 def parse_assignment_key(root: str, key: str) -> tuple[str, str, str, int]:
-    """(journal, zone, suffix, slot) of an assignment key."""
+    """(item, zone, suffix, slot) of an assignment key."""
     parts = _strip(root + ASSIGN, key).split(SEP)
     if len(parts) != 4 or not all(parts[:3]) or not parts[3].isdigit():
-        raise KeyFormatError(f"assignment key {key!r} is not <root>{ASSIGN}<journal>#<zone>#<suffix>#<slot>")
+        raise KeyFormatError(f"assignment key {key!r} is not <root>{ASSIGN}<item>#<zone>#<suffix>#<slot>")
     return parts[0], parts[1], parts[2], int(parts[3])
 
 
@@ -86,25 +91,30 @@ def _strip(prefix: str, key: str) -> str:
     return key[len(prefix) :]
 
 
+# -- records --------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Item:
-    """A journal spec and the revisions of its key."""
+    """An item's spec (a JournalSpec or a ShardSpec, as the schema decodes it) and its key's revisions."""
 
-    spec: pb.JournalSpec
+    spec: Any
     mod_revision: int
     create_revision: int
+    name: str = ""
+    """The journal name or shard id; when not given, the spec's journal name (the broker's schema)."""
 
-    @property
-    def name(self) -> str:
-        """The journal name."""
-        return self.spec.name
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", BROKER_SCHEMA.item_name(self.spec))
 
 
 @dataclass(frozen=True)
 class Member:
-    """A broker's spec, its key, revisions and lease."""
+    """A member's spec (a BrokerSpec or a ConsumerSpec), its key, revisions and lease. Its zone and
+    suffix are its key's, as in Gazette's allocator (the mirror checks that the spec agrees)."""
 
-    spec: pb.BrokerSpec
+    spec: Any
     key: str
     mod_revision: int
     create_revision: int
@@ -113,31 +123,47 @@ class Member:
     @property
     def zone(self) -> str:
         """The member's zone."""
-        return self.spec.process_spec.id.zone
+        return self._id()[0]
 
     @property
     def suffix(self) -> str:
         """The member's suffix."""
-        return self.spec.process_spec.id.suffix
+        return self._id()[1]
+
+    def _id(self) -> tuple[str, str]:
+        zone, _, suffix = self.key.rpartition(MEMBERS)[2].partition(SEP)
+        return zone, suffix
 
 
 @dataclass(frozen=True)
 class Assignment:
-    """A journal's assignment to a member slot; `route` is the value (primary=-1 when empty)."""
+    """An item's assignment to a member slot. `value` is the decoded assignment value: a Route for
+    brokers (primary=-1 when empty), a ReplicaStatus for consumers (IDLE when empty)."""
 
-    journal: str
+    item_id: str
     zone: str
     suffix: str
     slot: int
-    route: pb.Route
+    value: Any
     key: str
     mod_revision: int
     create_revision: int
     lease: int
 
+    @property
+    def journal(self) -> str:
+        """The broker's name for `item_id`."""
+        return self.item_id
+
+    @property
+    def route(self) -> pb.Route:
+        """The broker's name for `value`."""
+        route: pb.Route = self.value
+        return route
+
 
 def derive_route(assignments: Sequence[Assignment]) -> pb.Route:
-    """The route implied by a journal's assignments: members by (zone, suffix), primary at slot 0."""
+    """The route implied by an item's assignments: members by (zone, suffix), primary at slot 0."""
     route = pb.Route(primary=-1)
     for a in sorted(assignments, key=lambda a: (a.zone, a.suffix, a.slot)):
         if a.slot == 0:
@@ -146,15 +172,75 @@ def derive_route(assignments: Sequence[Assignment]) -> pb.Route:
     return route
 
 
+# -- schemas --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeySpaceSchema:
+    """What the keyspace's values are, for the mirror (KeySpace), the member announcement and the
+    allocator: one implementation of each, parameterized by this.
+
+    Decoders take a value's bytes and return the decoded message, raising DecodeError or ValueError
+    for a value that is invalid (the mirror logs it and leaves the key out).
+    """
+
+    kind: str
+    """What an item is ("journal", "shard"), for messages."""
+    decode_item: Callable[[bytes], Any]
+    item_name: Callable[[Any], str]
+    """The item's name (journal name, shard id); it must equal the name in the item's key."""
+    desired_replication: Callable[[Any], int]
+    """How many assignments the item wants (before the allocator's cap and the members' count)."""
+    decode_member: Callable[[bytes], Any]
+    member_process: Callable[[Any], pb.ProcessSpec]
+    """The member's ProcessSpec: its id must equal the key's zone and suffix."""
+    member_limit: Callable[[Any], int]
+    """How many assignments the member may hold (journal_limit, shard_limit)."""
+    member_exiting: Callable[[Any], bool]
+    mark_exiting: Callable[[Any], None]
+    """Set the decoded member spec's exiting flag (in place)."""
+    decode_assignment: Callable[[bytes], Any]
+    """Decode an assignment value; empty bytes are a just-created assignment."""
+    encode_assignment: Callable[[Any], bytes]
+    """Encode a decoded value: what the allocator writes when it re-keys an assignment (promote,
+    hand-off), keeping its value."""
+    consistency: Callable[[Sequence[Assignment]], list[bool]]
+    """Per assignment of one item (given all of them), whether it is consistent: the allocator
+    removes an assignment only while enough consistent ones remain, and prefers to promote one."""
+    handing_off: Callable[[Sequence[Assignment]], bool]
+    """Whether an item's values show a primary hand-off still under way (the allocator limits how
+    many items move at once)."""
+    named_members: Callable[[Any], list[tuple[str, str]]]
+    """The members (zone, suffix) that an assignment value names, if any."""
+    new_assignment: bytes = b""
+    """The value the allocator writes for a new assignment."""
+    join_as_primary: bool = True
+    """Whether a member that does not hold an item may join it as its primary (AddPrimary): a
+    broker syncs a new primary from its peers before it takes an append. A consumer shard's
+    primary must have been a standby first (the hand-off rule), so it may not."""
+    in_place_handoff: bool = False
+    """The allocator's default for moving a primary to a consistent replica in place (Handoff)."""
+
+
+def desired_replication(spec: pb.JournalSpec) -> int:
+    """The spec's replication, or 1 when PARTIAL-suspended, 0 when FULL-suspended."""
+    level = spec.suspend.level
+    if level == pb.JournalSpec.Suspend.FULL:
+        return 0
+    if level == pb.JournalSpec.Suspend.PARTIAL:
+        return 1
+    return max(0, spec.replication)
+
+
 def equivalent(a: pb.Route, b: pb.Route) -> bool:
     """Whether two routes name the same members and primary, ignoring endpoints."""
     return a.primary == b.primary and list(a.members) == list(b.members)
 
 
 def is_consistent_with(assignments: Sequence[Assignment]) -> list[bool]:
-    """Per assignment, whether its value equals the route derived from all of them."""
+    """The broker's rule: per assignment, whether its value equals the route derived from all of them."""
     route = derive_route(assignments)
-    return [equivalent(a.route, route) for a in assignments]
+    return [equivalent(a.value, route) for a in assignments]
 
 
 def decode_route(value: bytes) -> pb.Route:
@@ -167,21 +253,96 @@ def decode_route(value: bytes) -> pb.Route:
     return route
 
 
+def encode_route(route: pb.Route) -> bytes:
+    """An assignment value: empty for a route that says nothing, as when first created."""
+    if route.primary == -1 and not route.members and not route.endpoints:
+        return b""
+    return route.SerializeToString()
+
+
+def _route_handing_off(assignments: Sequence[Assignment]) -> bool:
+    """Whether an assignment's route names another primary than the one at slot 0: the primary
+    changed and has not yet advertised the new route."""
+    primary = next(((a.zone, a.suffix) for a in assignments if a.slot == 0), None)
+    for a in assignments:
+        route = a.value
+        if 0 <= route.primary < len(route.members):
+            named = route.members[route.primary]
+            if (named.zone, named.suffix) != primary:
+                return True
+    return False
+
+
+def _journal_name(spec: pb.JournalSpec) -> str:
+    return spec.name
+
+
+def _broker_process(spec: pb.BrokerSpec) -> pb.ProcessSpec:
+    return spec.process_spec
+
+
+def _broker_limit(spec: pb.BrokerSpec) -> int:
+    return spec.journal_limit
+
+
+def _broker_exiting(spec: pb.BrokerSpec) -> bool:
+    return spec.exiting
+
+
+def _mark_broker_exiting(spec: pb.BrokerSpec) -> None:
+    spec.exiting = True
+
+
+def _route_members(route: pb.Route) -> list[tuple[str, str]]:
+    return [(m.zone, m.suffix) for m in route.members]
+
+
+BROKER_SCHEMA = KeySpaceSchema(
+    kind="journal",
+    decode_item=pb.JournalSpec.FromString,
+    item_name=_journal_name,
+    desired_replication=desired_replication,
+    decode_member=pb.BrokerSpec.FromString,
+    member_process=_broker_process,
+    member_limit=_broker_limit,
+    member_exiting=_broker_exiting,
+    mark_exiting=_mark_broker_exiting,
+    decode_assignment=decode_route,
+    encode_assignment=encode_route,
+    consistency=is_consistent_with,
+    handing_off=_route_handing_off,
+    named_members=_route_members,
+    join_as_primary=True,
+    in_place_handoff=False,
+)
+"""Gazette's broker keyspace: JournalSpec items, BrokerSpec members, Route assignment values."""
+
+
 Observer = Callable[[], None]
 
 
 class KeySpace:
-    """Mirror of everything under `root`, loaded with one Range and kept current by a prefix watch."""
+    """Mirror of everything under `root`, loaded with one Range and kept current by a prefix watch;
+    `schema` says what its values are (the broker's by default)."""
 
-    def __init__(self, client: Any, root: str = DEFAULT_ROOT, *, watch_delay: float = WATCH_DELAY) -> None:
+    def __init__(
+        self,
+        client: Any,
+        root: str = DEFAULT_ROOT,
+        *,
+        schema: KeySpaceSchema = BROKER_SCHEMA,
+        watch_delay: float = WATCH_DELAY,
+    ) -> None:
         self.client = client
         self.root = root.rstrip("/")
+        self.schema = schema
         self.watch_delay = watch_delay
         self.revision = 0
         """Largest ModRevision applied under the root; initially the load's header revision."""
         self.generation = 0
         """Number of applied batches (load counts as one)."""
-        self.journals: dict[str, Item] = {}
+        self.items: dict[str, Item] = {}
+        """Item specs by name (journal name, shard id)."""
         self.members: dict[tuple[str, str], Member] = {}
         self._assignments: dict[str, dict[tuple[str, str, int], Assignment]] = {}
         self._cluster_id = 0
@@ -203,32 +364,37 @@ class KeySpace:
             raft_term=self._raft_term,
         )
 
-    def assignments(self, journal: str) -> list[Assignment]:
-        """Assignments of `journal`, ascending by (zone, suffix, slot)."""
-        found = self._assignments.get(journal, {})
+    @property
+    def journals(self) -> dict[str, Item]:
+        """The broker's name for `items`."""
+        return self.items
+
+    def assignments(self, item: str) -> list[Assignment]:
+        """Assignments of `item`, ascending by (zone, suffix, slot)."""
+        found = self._assignments.get(item, {})
         return [found[k] for k in sorted(found)]
 
     def all_assignments(self) -> Iterator[Assignment]:
-        """Every assignment in the mirror, journals in name order."""
-        for journal in sorted(self._assignments):
-            yield from self.assignments(journal)
+        """Every assignment in the mirror, items in name order."""
+        for item in sorted(self._assignments):
+            yield from self.assignments(item)
 
-    def assigned_journals(self) -> list[str]:
-        """Names of journals that have at least one assignment (they may lack a spec)."""
+    def assigned_items(self) -> list[str]:
+        """Names of items that have at least one assignment (they may lack a spec)."""
         return sorted(self._assignments)
 
-    def route(self, journal: str, *, endpoints: bool = True) -> pb.Route:
-        """The journal's current route, with member endpoints unless `endpoints` is False."""
-        route = derive_route(self.assignments(journal))
+    def route(self, item: str, *, endpoints: bool = True) -> pb.Route:
+        """The item's current route, with member endpoints unless `endpoints` is False."""
+        route = derive_route(self.assignments(item))
         if endpoints:
             for m in route.members:
                 member = self.members.get((m.zone, m.suffix))
-                route.endpoints.append(member.spec.process_spec.endpoint if member else "")
+                route.endpoints.append(self.schema.member_process(member.spec).endpoint if member else "")
         return route
 
-    def is_consistent(self, journal: str) -> bool:
-        """Whether every assignment value of `journal` equals its derived route."""
-        return all(is_consistent_with(self.assignments(journal)))
+    def is_consistent(self, item: str) -> bool:
+        """Whether every assignment of `item` is consistent, by the schema's rule."""
+        return all(self.schema.consistency(self.assignments(item)))
 
     # -- change notification --------------------------------------------------------------------
 
@@ -294,7 +460,7 @@ class KeySpace:
             if not resp.more or not resp.kvs:
                 break
             key = resp.kvs[-1].key + b"\0"
-        self.journals, self.members, self._assignments = {}, {}, {}
+        self.items, self.members, self._assignments = {}, {}, {}
         for kv in kvs:
             self._put(kv)
         self._set_header(header)
@@ -429,41 +595,42 @@ class KeySpace:
             self._delete(key)
 
     def _decode(self, key: str, kv: Any) -> None:
-        root = self.root
+        root, schema = self.root, self.schema
         if key.startswith(root + ITEMS):
             name = parse_item_key(root, key)
-            spec = pb.JournalSpec.FromString(kv.value)
-            if spec.name != name:
-                raise ValueError(f"spec name {spec.name!r} does not match the key")
-            self.journals[name] = Item(spec, kv.mod_revision, kv.create_revision)
+            spec = schema.decode_item(kv.value)
+            if schema.item_name(spec) != name:
+                raise ValueError(f"{schema.kind} {schema.item_name(spec)!r} of the spec does not match the key")
+            self.items[name] = Item(spec, kv.mod_revision, kv.create_revision, name)
         elif key.startswith(root + MEMBERS):
             zone, suffix = parse_member_key(root, key)
-            broker = pb.BrokerSpec.FromString(kv.value)
-            if (broker.process_spec.id.zone, broker.process_spec.id.suffix) != (zone, suffix):
+            spec = schema.decode_member(kv.value)
+            process_id = schema.member_process(spec).id
+            if (process_id.zone, process_id.suffix) != (zone, suffix):
                 raise ValueError("spec process id does not match the key")
-            self.members[(zone, suffix)] = Member(broker, key, kv.mod_revision, kv.create_revision, kv.lease)
+            self.members[(zone, suffix)] = Member(spec, key, kv.mod_revision, kv.create_revision, kv.lease)
         elif key.startswith(root + ASSIGN):
-            journal, zone, suffix, slot = parse_assignment_key(root, key)
-            route = decode_route(kv.value)
-            self._assignments.setdefault(journal, {})[(zone, suffix, slot)] = Assignment(
-                journal, zone, suffix, slot, route, key, kv.mod_revision, kv.create_revision, kv.lease
+            item, zone, suffix, slot = parse_assignment_key(root, key)
+            value = schema.decode_assignment(kv.value)
+            self._assignments.setdefault(item, {})[(zone, suffix, slot)] = Assignment(
+                item, zone, suffix, slot, value, key, kv.mod_revision, kv.create_revision, kv.lease
             )
-        # Other keys under the root belong to someone else (e.g. consumer shards) and are ignored.
+        # Other keys under the root belong to someone else and are ignored.
 
     def _delete(self, key: str) -> None:
         root = self.root
         try:
             if key.startswith(root + ITEMS):
-                self.journals.pop(parse_item_key(root, key), None)
+                self.items.pop(parse_item_key(root, key), None)
             elif key.startswith(root + MEMBERS):
                 self.members.pop(parse_member_key(root, key), None)
             elif key.startswith(root + ASSIGN):
-                journal, zone, suffix, slot = parse_assignment_key(root, key)
-                found = self._assignments.get(journal)
+                item, zone, suffix, slot = parse_assignment_key(root, key)
+                found = self._assignments.get(item)
                 if found is not None:
                     found.pop((zone, suffix, slot), None)
                     if not found:
-                        del self._assignments[journal]
+                        del self._assignments[item]
         except KeyFormatError:
             pass
 

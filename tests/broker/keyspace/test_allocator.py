@@ -284,7 +284,7 @@ class Cluster:
     def settle(self, *names: str) -> None:
         for name in names or list(self.assignments):
             route = derive_route(self.assignments[name])
-            self.assignments[name] = [replace(a, route=route) for a in self.assignments[name]]
+            self.assignments[name] = [replace(a, value=route) for a in self.assignments[name]]
 
     def step(self, settle: bool = True, **kwargs: Any) -> list[Change]:
         changes = self.plan(**kwargs)
