@@ -1,0 +1,54 @@
+"""The `Application` protocol: what a consumer application implements (Gazette's `consumer.Application`).
+
+`gazette consume MODULE:ATTR` runs the object ATTR of MODULE. Its handlers are coroutines:
+
+- `new_store(shard, recorder)`: the shard's Store (`recorder` is None for stores that are not
+  recorded to a recovery log).
+- `new_message(spec)`: an empty message to decode a source journal's content into.
+- `consume_message(shard, store, envelope, publisher)`: apply one read-committed message to the
+  store's transaction, publishing any derived messages with `publisher` (their ACKs follow the
+  commit). Raise `DeferToNextTransaction` to end the transaction before this message.
+- `finalize_txn(shard, store, publisher)`: the transaction is about to commit.
+
+Optional (`BeginFinisher`): `begin_txn(shard, store)` before a transaction's first message, and
+`finished_txn(shard, store, committed)` once it is started, with the commit's future.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from broker.protocol import pb
+    from consumer.message import Envelope, Message, Publisher
+    from consumer.shard import Shard
+    from consumer.store import OpFuture, Store
+
+
+class DeferToNextTransaction(Exception):  # Gazette: ErrDeferToNextTransaction (a signal, not an error).
+    """Raised by `consume_message`: end the transaction before this message, which the next one
+    consumes first. Raising it for a transaction's first message fails the shard."""
+
+
+@runtime_checkable
+class Application(Protocol):
+    """A consumer application."""
+
+    async def new_store(self, shard: Shard, recorder: Any | None) -> Store: ...
+
+    def new_message(self, spec: pb.JournalSpec) -> Message: ...
+
+    async def consume_message(
+        self, shard: Shard, store: Store, envelope: Envelope[Any], publisher: Publisher
+    ) -> None: ...
+
+    async def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None: ...
+
+
+@runtime_checkable
+class BeginFinisher(Protocol):
+    """The optional transaction hooks of an Application."""
+
+    async def begin_txn(self, shard: Shard, store: Store) -> None: ...
+
+    def finished_txn(self, shard: Shard, store: Store, committed: OpFuture) -> None: ...
