@@ -1,0 +1,348 @@
+"""The consumer's keyspace: the broker's mirror, announcement and allocator with CONSUMER_SCHEMA.
+
+Pure planning of shards over consumers (desired replication from hot standbys, the consistency
+rule, the hand-off rule), then a mirror and an allocator against a real etcd."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from broker.keyspace.allocator import (
+    Add,
+    AddPrimary,
+    Change,
+    Handoff,
+    Promote,
+    Remove,
+    change_txn,
+    plan,
+    run_allocator,
+)
+from broker.keyspace.announce import Announcement
+from broker.keyspace.keyspace import (
+    Assignment,
+    Item,
+    KeySpace,
+    Member,
+    assignment_key,
+    item_key,
+    member_key,
+    put_op,
+    txn,
+)
+from consumer.keyspace import (
+    CONSUMER_SCHEMA,
+    decode_replica_status,
+    default_root,
+    shard_consistency,
+    shard_handing_off,
+)
+from consumer.protocol import pb
+
+ROOT = "/consumer.test"
+Code = pb.ReplicaStatus.Code
+IDLE, BACKFILL, STANDBY, PRIMARY, FAILED = Code.IDLE, Code.BACKFILL, Code.STANDBY, Code.PRIMARY, Code.FAILED
+
+
+def shard_spec(shard_id: str, hot_standbys: int = 0, disable: bool = False) -> pb.ShardSpec:
+    return pb.ShardSpec(
+        id=shard_id,
+        sources=[pb.ShardSpec.Source(journal="examples/input")],
+        max_txn_duration=Duration(seconds=1),
+        hot_standbys=hot_standbys,
+        disable=disable,
+    )
+
+
+def shard(shard_id: str, hot_standbys: int = 0, disable: bool = False) -> Item:
+    return Item(shard_spec(shard_id, hot_standbys, disable), 10, 10, shard_id)
+
+
+def consumer_spec(zone: str, suffix: str, limit: int = 100, exiting: bool = False) -> pb.ConsumerSpec:
+    spec = pb.ConsumerSpec(shard_limit=limit, exiting=exiting)
+    spec.process_spec.id.zone, spec.process_spec.id.suffix = zone, suffix
+    spec.process_spec.endpoint = f"http://{suffix}:8080"
+    return spec
+
+
+def consumer(zone: str, suffix: str, limit: int = 100, exiting: bool = False, created: int = 1) -> Member:
+    return Member(consumer_spec(zone, suffix, limit, exiting), member_key(ROOT, zone, suffix), created, created,
+                  hash((zone, suffix)) & 0xFFFF)
+
+
+def consumers(*ms: Member) -> dict[tuple[str, str], Member]:
+    return {(m.zone, m.suffix): m for m in ms}
+
+
+def status(code: int, *errors: str) -> pb.ReplicaStatus:
+    return pb.ReplicaStatus(code=code, errors=list(errors))  # type: ignore[arg-type]
+
+
+def assigned(shard_id: str, *slots: tuple[str, str, int, int]) -> list[Assignment]:
+    """Assignments of `shard_id` at (zone, suffix, slot), with the ReplicaStatus code given."""
+    return [
+        Assignment(shard_id, z, s, slot, status(code, *(["boom"] if code == FAILED else [])),
+                   assignment_key(ROOT, shard_id, z, s, slot), 20, 20, 7)
+        for z, s, slot, code in slots
+    ]
+
+
+def of(kind: type, changes: Sequence[object]) -> list[Any]:
+    return [c for c in changes if isinstance(c, kind)]
+
+
+def consumer_plan(*args: Any, **kwargs: Any) -> list[Change]:
+    return plan(*args, schema=CONSUMER_SCHEMA, **kwargs)
+
+
+# -- the schema ---------------------------------------------------------------------------------
+
+
+def test_schema_values() -> None:
+    s = CONSUMER_SCHEMA
+    assert s.desired_replication(shard_spec("shard-a")) == 1
+    assert s.desired_replication(shard_spec("shard-a", hot_standbys=2)) == 3
+    assert s.desired_replication(shard_spec("shard-a", hot_standbys=2, disable=True)) == 0
+    assert s.item_name(shard_spec("shard-a")) == "shard-a"
+    spec = consumer_spec("z", "c1", limit=7)
+    assert s.member_limit(spec) == 7 and not s.member_exiting(spec)
+    s.mark_exiting(spec)
+    assert s.member_exiting(spec)
+    assert s.member_process(spec).id.suffix == "c1"
+    # A new assignment is written empty, and empty decodes to IDLE.
+    assert s.new_assignment == b"" and decode_replica_status(b"") == status(IDLE)
+    assert s.encode_assignment(status(IDLE)) == b""
+    assert s.decode_assignment(s.encode_assignment(status(FAILED, "x"))) == status(FAILED, "x")
+    with pytest.raises(ValueError, match="non-empty Errors"):
+        s.decode_assignment(status(FAILED).SerializeToString())
+    with pytest.raises(ValueError, match="MaxTxnDuration"):
+        s.decode_item(pb.ShardSpec(id="shard-a").SerializeToString())
+    assert default_root("examples.word_count") == "/gazette/consumers/examples.word_count"
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        # The digest's ShardIsConsistent: STANDBY or PRIMARY yes; IDLE, BACKFILL no; FAILED only
+        # when the slot-0 primary is FAILED too.
+        ((PRIMARY, STANDBY), [True, True]),
+        ((PRIMARY, IDLE), [True, False]),
+        ((PRIMARY, BACKFILL), [True, False]),
+        ((STANDBY, STANDBY), [True, True]),
+        ((BACKFILL, STANDBY), [False, True]),
+        ((PRIMARY, FAILED), [True, False]),
+        ((FAILED, FAILED), [True, True]),
+        ((FAILED, STANDBY), [True, True]),
+        ((IDLE, PRIMARY), [False, True]),
+    ],
+)
+def test_consistency_rule(codes: tuple[int, int], expected: list[bool]) -> None:
+    found = assigned("shard-a", ("z1", "a", 0, codes[0]), ("z2", "b", 1, codes[1]))
+    assert shard_consistency(found) == expected
+    # Without a primary, FAILED is never consistent.
+    assert shard_consistency(assigned("shard-a", ("z2", "b", 1, FAILED))) == [False]
+
+
+def test_handing_off() -> None:
+    assert not shard_handing_off(assigned("s", ("z", "a", 0, PRIMARY), ("z", "b", 1, STANDBY)))
+    assert not shard_handing_off(assigned("s", ("z", "a", 0, FAILED)))
+    assert shard_handing_off(assigned("s", ("z", "a", 0, STANDBY), ("z", "b", 1, STANDBY)))
+    assert shard_handing_off(assigned("s", ("z", "a", 0, STANDBY), ("z", "b", 1, PRIMARY)))
+
+
+# -- the pure planner over shards and consumers ------------------------------------------------
+
+
+def test_new_shards_get_hot_standbys_across_zones() -> None:
+    ms = consumers(consumer("z1", "a"), consumer("z1", "b"), consumer("z2", "c"))
+    changes = consumer_plan({"shard-a": shard("shard-a", hot_standbys=1), "shard-b": shard("shard-b")}, ms, {})
+    adds = of(Add, changes)
+    assert len(changes) == len(adds) == 3
+    a = sorted((x for x in adds if x.item_id == "shard-a"), key=lambda x: x.slot)
+    assert [x.slot for x in a] == [0, 1] and {x.zone for x in a} == {"z1", "z2"}
+    [b] = [x for x in adds if x.item_id == "shard-b"]
+    assert b.slot == 0
+    assert len({(x.zone, x.suffix) for x in adds if x.slot == 0}) == 2, "primaries on different consumers"
+    # An Add writes an empty (IDLE) value under the consumer's lease, guarded by its member key.
+    compares, ops = change_txn(ROOT, a[0], CONSUMER_SCHEMA)
+    assert ops[0].request_put.value == b"" and ops[0].request_put.lease == ms[(a[0].zone, a[0].suffix)].lease
+    assert {c.key.decode() for c in compares} >= {a[0].member_key, item_key(ROOT, "shard-a")}
+
+
+def test_disabled_and_capped_shards() -> None:
+    ms = consumers(consumer("z1", "a"), consumer("z2", "b"))
+    assert len(consumer_plan({"s": shard("s", hot_standbys=5)}, ms, {}, max_replication=9)) == 2
+    assert len(consumer_plan({"s": shard("s", hot_standbys=5)}, ms, {}, max_replication=1)) == 1
+    assert consumer_plan({"s": shard("s", disable=True)}, ms, {}) == []
+    # A disabled shard loses its assignments (none needs to stay consistent).
+    current = {"s": assigned("s", ("z1", "a", 0, PRIMARY), ("z2", "b", 1, STANDBY))}
+    assert len(of(Remove, consumer_plan({"s": shard("s", disable=True)}, ms, current))) == 2
+
+
+def test_limits_and_exiting_consumers() -> None:
+    full = consumers(consumer("z", "a", limit=1), consumer("z", "b", limit=0), consumer("z", "c", exiting=True))
+    current = {"old": assigned("old", ("z", "a", 0, PRIMARY))}
+    assert consumer_plan({"old": shard("old"), "new": shard("new")}, full, current) == []
+
+
+def test_surplus_is_removed_only_once_consistent() -> None:
+    """A replacement standby must reach STANDBY before the replica it replaces goes."""
+    ms = consumers(consumer("z1", "a"), consumer("z2", "b"), consumer("z3", "c", exiting=True))
+    shards = {"s": shard("s", hot_standbys=1)}
+    backfilling = assigned("s", ("z1", "a", 0, PRIMARY), ("z3", "c", 1, STANDBY), ("z2", "b", 2, BACKFILL))
+    assert of(Remove, consumer_plan(shards, ms, {"s": backfilling})) == []
+    ready = assigned("s", ("z1", "a", 0, PRIMARY), ("z3", "c", 1, STANDBY), ("z2", "b", 2, STANDBY))
+    [remove] = of(Remove, consumer_plan(shards, ms, {"s": ready}))
+    assert remove.assignment.suffix == "c"
+
+
+def test_exiting_primary_hands_off_to_a_standby() -> None:
+    """An exiting consumer's primary: a standby is added first; once it is STANDBY, the primary is
+    released and the standby promoted, never a cold (IDLE) replica."""
+    ms = consumers(consumer("z1", "a", exiting=True), consumer("z2", "b"), consumer("z3", "c"))
+    shards = {"s": shard("s")}
+    [add] = consumer_plan(shards, ms, {"s": assigned("s", ("z1", "a", 0, PRIMARY))})
+    assert isinstance(add, Add)
+    assert add.slot == 1 and add.suffix in ("b", "c")
+    idle = assigned("s", ("z1", "a", 0, PRIMARY), ("z2", "b", 1, IDLE))
+    assert consumer_plan(shards, ms, {"s": idle}) == [], "the primary stays until its replacement is STANDBY"
+    standby = assigned("s", ("z1", "a", 0, PRIMARY), ("z2", "b", 1, STANDBY))
+    changes = consumer_plan(shards, ms, {"s": standby})
+    remove, promote = changes
+    assert isinstance(remove, Remove) and isinstance(promote, Promote)
+    assert remove.assignment.suffix == "a" and promote.assignment.suffix == "b"
+
+
+def test_promotion_prefers_a_consistent_standby() -> None:
+    ms = consumers(consumer("z1", "a"), consumer("z2", "b"), consumer("z3", "c"))
+    shards = {"s": shard("s", hot_standbys=2)}
+    # The primary is gone (its consumer's lease expired): b is backfilling, c is a standby.
+    current = {"s": assigned("s", ("z2", "b", 1, BACKFILL), ("z3", "c", 2, STANDBY))}
+    [promote] = of(Promote, consumer_plan(shards, ms, current))
+    assert promote.assignment.suffix == "c"
+    # A promotion re-keys the assignment to slot 0, keeping its ReplicaStatus and lease.
+    _, ops = change_txn(ROOT, promote, CONSUMER_SCHEMA)
+    put = ops[1].request_put
+    assert put.key.decode() == assignment_key(ROOT, "s", "z3", "c", 0)
+    assert decode_replica_status(put.value) == status(STANDBY) and put.lease == promote.assignment.lease
+
+
+def test_a_joining_consumer_never_becomes_primary_cold() -> None:
+    """Rebalancing onto a new consumer: it joins as a standby (no AddPrimary, which a schema that
+    lets members join as primaries would plan), and takes primaries only by in-place hand-offs
+    once it is a STANDBY."""
+    shards = {f"s{i}": shard(f"s{i}", hot_standbys=1) for i in range(6)}
+    current = {
+        f"s{i}": assigned(f"s{i}", ("z1", "a", i % 2, PRIMARY if i % 2 == 0 else STANDBY),
+                          ("z2", "b", 1 - i % 2, PRIMARY if i % 2 else STANDBY))
+        for i in range(6)
+    }
+    ms = consumers(consumer("z1", "a"), consumer("z2", "b"), consumer("z3", "c", created=5))
+    changes = consumer_plan(shards, ms, current)
+    adds = of(Add, changes)
+    assert adds and adds == changes, "only standbys are added"
+    assert all(a.suffix == "c" and a.slot == 2 for a in adds)
+    cold = plan(shards, ms, current, schema=replace(CONSUMER_SCHEMA, join_as_primary=True))
+    assert of(AddPrimary, cold), "the knob is what keeps a cold consumer from becoming a primary"
+
+    # c is now the STANDBY of four shards (their surplus shed), and primary of none.
+    moved = {
+        f"s{i}": assigned(f"s{i}", ("z1" if i % 2 == 0 else "z2", "a" if i % 2 == 0 else "b", 0, PRIMARY),
+                          ("z3", "c", 1, STANDBY))
+        for i in range(4)
+    } | {f"s{i}": current[f"s{i}"] for i in (4, 5)}
+    later = consumer_plan(shards, ms, moved)
+    handoffs = of(Handoff, later)
+    assert handoffs and handoffs == later
+    assert all(h.replica.suffix == "c" and h.replica.value == status(STANDBY) for h in handoffs)
+    assert consumer_plan(shards, ms, moved, in_place_handoff=False) == []
+    # A hand-off re-keys both assignments, keeping their statuses and leases.
+    _, ops = change_txn(ROOT, handoffs[0], CONSUMER_SCHEMA)
+    puts = {op.request_put.key.decode(): op.request_put for op in ops if op.HasField("request_put")}
+    h = handoffs[0]
+    new_primary = puts[assignment_key(ROOT, h.item_id, "z3", "c", 0)]
+    assert decode_replica_status(new_primary.value) == status(STANDBY) and new_primary.lease == h.replica.lease
+    old_primary = puts[assignment_key(ROOT, h.item_id, h.primary.zone, h.primary.suffix, h.slot)]
+    assert decode_replica_status(old_primary.value) == status(PRIMARY)
+
+
+# -- against etcd -------------------------------------------------------------------------------
+
+
+async def _until(check: Callable[[], bool], keyspace: KeySpace, timeout: float = 10.0) -> None:
+    async def loop() -> None:
+        while not check():
+            await keyspace.wait_for_change()
+
+    await asyncio.wait_for(loop(), timeout)
+
+
+async def test_keyspace_mirrors_shards_consumers_and_statuses(etcd_client: Any, etcd_prefix: str) -> None:
+    """A KeySpace with the consumer schema mirrors ShardSpecs, ConsumerSpecs and ReplicaStatuses;
+    announcements hold ConsumerSpecs; the allocator assigns shards with hot standbys."""
+    root = etcd_prefix
+    anns = [
+        Announcement(etcd_client, root, consumer_spec(zone, suffix), schema=CONSUMER_SCHEMA, ttl=10)
+        for zone, suffix in (("z1", "cons-a"), ("z2", "cons-b"))
+    ]
+    for ann in anns:
+        await ann.announce()
+    ks = KeySpace(etcd_client, root, schema=CONSUMER_SCHEMA, watch_delay=0.01)
+    stop = asyncio.Event()
+    allocator: asyncio.Task[None] | None = None
+    try:
+        await etcd_client.put(item_key(root, "shard-one").encode(), shard_spec("shard-one", 1).SerializeToString())
+        # Invalid values are left out of the mirror: a spec that fails validation, a spec under
+        # another id's key, a FAILED status without errors.
+        await etcd_client.put(item_key(root, "shard-bad").encode(), pb.ShardSpec(id="shard-bad").SerializeToString())
+        await etcd_client.put(item_key(root, "shard-other").encode(), shard_spec("shard-one").SerializeToString())
+        await etcd_client.put(assignment_key(root, "shard-x", "z1", "a", 0).encode(),
+                              status(FAILED).SerializeToString())
+        await ks.load()
+        ks.watch()
+        assert set(ks.items) == {"shard-one"} and ks.items["shard-one"].spec == shard_spec("shard-one", 1)
+        assert set(ks.members) == {("z1", "cons-a"), ("z2", "cons-b")}
+        assert ks.members[("z2", "cons-b")].spec == consumer_spec("z2", "cons-b")
+        assert ks.assigned_items() == []
+
+        allocator = asyncio.create_task(run_allocator(etcd_client, ks, anns[0].key, 9, stop))
+        await _until(lambda: len(ks.assignments("shard-one")) == 2, ks)
+        found = ks.assignments("shard-one")
+        assert sorted(a.slot for a in found) == [0, 1]
+        assert {a.zone for a in found} == {"z1", "z2"}
+        assert all(a.value == status(IDLE) for a in found), "created empty: IDLE"
+        assert all(a.lease == ks.members[(a.zone, a.suffix)].lease for a in found)
+        assert not ks.is_consistent("shard-one")
+        route = ks.route("shard-one")
+        assert route.primary >= 0 and list(route.endpoints) == ["http://cons-a:8080", "http://cons-b:8080"]
+
+        # Replicas report their status (as the consumer's resolver does, keeping the lease).
+        for a in found:
+            code = PRIMARY if a.slot == 0 else STANDBY
+            assert (await txn(etcd_client, [], [put_op(a.key, status(code).SerializeToString(), ignore_lease=True)]))[0]
+        await _until(lambda: ks.is_consistent("shard-one"), ks)
+        assert {a.slot: a.value.code for a in ks.assignments("shard-one")} == {0: PRIMARY, 1: STANDBY}
+
+        # An exiting consumer is marked in its ConsumerSpec.
+        await anns[1].set_exiting()
+        await _until(lambda: CONSUMER_SCHEMA.member_exiting(ks.members[("z2", "cons-b")].spec), ks)
+
+        # Disabling the shard releases its assignments.
+        await etcd_client.put(item_key(root, "shard-one").encode(),
+                              shard_spec("shard-one", 1, disable=True).SerializeToString())
+        await _until(lambda: ks.assignments("shard-one") == [], ks)
+    finally:
+        stop.set()
+        if allocator is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(allocator, 5)
+        await ks.close()
+        for ann in anns:
+            await ann.release()
