@@ -400,6 +400,7 @@ class SQLStore:
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
         self._commits: set[asyncio.Future[None]] = set()
+        self._waiting: set[asyncio.Future[None]] = set()  # commits still waiting for dependencies
         self._last_commit: asyncio.Future[None] | None = None
         self._closed = False
         self._shard_id: str | None = None
@@ -449,7 +450,7 @@ class SQLStore:
         any store that restored the shard before fail with `FenceError`."""
         self._shard_id = shard.id
         previous, self._last_commit = self._last_commit, None
-        if previous is not None:
+        if previous is not None and not previous.done():
             # A restore starts the store afresh: it follows the commits before it, whatever their
             # outcome (a failed commit fails every later one, until the shard is restored).
             await asyncio.wait({previous})
@@ -499,19 +500,22 @@ class SQLStore:
         )
         self._last_commit = commit
         self._commits.add(commit)
+        self._waiting.add(commit)
         commit.add_done_callback(self._commits.discard)
+        commit.add_done_callback(self._waiting.discard)
         return commit
 
     async def destroy(self) -> None:
-        """Roll back the open transaction, abandon commits still waiting for their dependencies (a
-        commit already in the database finishes there), and close every connection."""
+        """Roll back the open transaction, abandon (cancel) commits still waiting for their
+        dependencies, wait for a commit already in the database to finish there, and close every
+        connection."""
         if self._closed:
             return
         txn = self._txn
         if txn is not None:
             self._abandon(txn, "the store was destroyed")
         self._closed = True
-        for commit in list(self._commits):
+        for commit in list(self._waiting):
             commit.cancel()
         await asyncio.gather(*self._commits, return_exceptions=True)
         self._idle.clear()
@@ -560,15 +564,15 @@ class SQLStore:
         self, shard_id: str, wait_for: list[OpFuture], previous: asyncio.Future[None] | None
     ) -> None:
         if previous is not None:
-            await asyncio.wait({previous})
+            if not previous.done():
+                await asyncio.wait({previous})
             if previous.cancelled():
                 raise StoreDependencyError("dependency failed: the previous commit was cancelled", shard=shard_id)
             if (exc := previous.exception()) is not None:
                 raise StoreDependencyError(f"dependency failed: the previous commit failed: {exc}", shard=shard_id)
-        if not wait_for:
-            return
-        # asyncio.wait, not await: cancelling this commit must not cancel the caller's operations.
-        await asyncio.wait(set(wait_for), return_when=asyncio.FIRST_EXCEPTION)
+        if not all(op.done() for op in wait_for):
+            # asyncio.wait, not await: cancelling this commit must not cancel the caller's operations.
+            await asyncio.wait(set(wait_for), return_when=asyncio.FIRST_EXCEPTION)
         for op in wait_for:
             if op.done() and not op.cancelled() and (exc := op.exception()) is not None:
                 raise StoreDependencyError(f"dependency failed: {_describe(exc)}", shard=shard_id) from exc
@@ -594,6 +598,9 @@ class SQLStore:
             if conn is not None:
                 self._release(conn, rollback=True)
             raise
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.discard(task)
         try:
             await conn.call(_commit_checkpoint, self._table, fqn, blob, fence)
         except _Fenced:

@@ -377,3 +377,16 @@ def test_table_name_is_checked() -> None:
     with pytest.raises(StoreError, match="not a plain SQL identifier"):
         SQLStore(lambda: None, table="x; DROP TABLE y")
     SQLStore(lambda: None, table="myschema.checkpoints")
+
+
+async def test_destroy_lets_a_commit_in_the_database_finish(db: Database, stores: Callable[[], SQLStore]) -> None:
+    shard = FakeShard("shard-J")
+    store = stores()
+    await store.restore_checkpoint(shard)
+    await store.execute(f"INSERT INTO kv (k, v) VALUES ({db.ph}, {db.ph})", ("a", 1))
+    commit = store.start_commit(shard, checkpoint("foo", 1), [])
+    await asyncio.sleep(0)  # The commit has no dependencies: it is in the database now.
+    await store.destroy()
+    assert commit.done() and commit.exception() is None
+    assert db.keys() == {"a"}
+    assert db.checkpoint(shard.fqn) == (1, checkpoint("foo", 1))
