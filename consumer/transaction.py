@@ -86,10 +86,14 @@ class TransactionError(Exception):
 
 
 def _wrap(prefix: str, err: BaseException) -> TransactionError:
-    cause = err.__cause__ if isinstance(err, TransactionError) and err.__cause__ is not None else err
-    out = TransactionError(f"{prefix}: {err}")
-    out.__cause__ = cause
-    return out
+    return TransactionError(f"{prefix}: {err}")
+
+
+def _cause(err: BaseException) -> BaseException:
+    """The original error under TransactionErrors (raise wrapped errors `from` it)."""
+    while isinstance(err, TransactionError) and err.__cause__ is not None:
+        err = err.__cause__
+    return err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,7 +474,7 @@ class Transactions:
                     try:
                         await store_hints()
                     except Exception as e:
-                        raise _wrap("storeRecordedHints", e) from e
+                        raise _wrap("storeRecordedHints", e) from _cause(e)
                 continue
             txn = self.txn_init(prev, channel)
             await self.txn_run(txn, prev)
@@ -485,12 +489,17 @@ class Transactions:
         fails the first transaction with `prev.ack: writing recovered ACK intent for journal J: ...`.
         """
         for journal, intent in checkpoint.ack_intents.items():
-            aa = self.append_service.append(journal, bytes(intent))
+            try:
+                aa: AsyncAppend | BaseException = self.append_service.append(journal, bytes(intent))
+            except Exception as e:
+                aa = e  # E.g. an invalid journal name: fails like a failed append.
             prev.acks.append(asyncio.ensure_future(self._recovered_ack(journal, aa)))
 
     @staticmethod
-    async def _recovered_ack(journal: str, aa: AsyncAppend) -> None:
+    async def _recovered_ack(journal: str, aa: AsyncAppend | BaseException) -> None:
         try:
+            if isinstance(aa, BaseException):
+                raise aa
             await aa
         except JournalNotFound:
             log.warning("discarding recovered ACK-intent of non-existent journal", extra={"journal": journal})
@@ -580,11 +589,11 @@ class Transactions:
         try:
             checkpoint = await self.txn_start_commit(txn)
         except Exception as e:
-            raise _wrap("txnStartCommit", e) from e
+            raise _wrap("txnStartCommit", e) from _cause(e)
         try:
             self.txn_acknowledge(txn, checkpoint)
         except Exception as e:
-            raise _wrap("txnAcknowledge", e) from e
+            raise _wrap("txnAcknowledge", e) from _cause(e)
         if txn.max_dur != -1:
             self.timer.stop()  # Still running: stop it (and drop a tick not yet received).
         return True
@@ -632,7 +641,7 @@ class Transactions:
             txn.channel = None  # Closed: never select it again.
             return
         if isinstance(item, Exception):
-            raise _wrap("readMessage", item) from item
+            raise _wrap("readMessage", item) from _cause(item)
         assert isinstance(item, Envelope)
         env = item
 
@@ -643,13 +652,13 @@ class Transactions:
                 try:
                     replayed = await self.replay(rng.journal, rng.begin, rng.end)
                 except Exception as e:
-                    raise _wrap("initial sequencer.Step: replay reader", e) from e
+                    raise _wrap("initial sequencer.Step: replay reader", e) from _cause(e)
                 self.sequencer.start_replay(iter(replayed))
             # Acknowledged messages are ready: minimally the committing envelope itself.
             try:
                 self.sequencer.step()
             except Exception as e:
-                raise _wrap("initial sequencer.Step", e) from e
+                raise _wrap("initial sequencer.Step", e) from _cause(e)
             return
         if outcome in (QueueOutcome.CONTINUE_BEGIN_SPAN, QueueOutcome.CONTINUE_EXTEND_SPAN):
             return  # A commit or a rollback will follow.
@@ -675,7 +684,7 @@ class Transactions:
                 try:
                     await begin(self.shard, self.store)
                 except Exception as e:
-                    raise _wrap("app.BeginTxn", e) from e
+                    raise _wrap("app.BeginTxn", e) from _cause(e)
             txn.began_at = self.timer.now()
             self.timer.reset(txn.min_dur)
             self.publisher.clock.update(txn.began_at + self.publish_clock_delta_ns)
@@ -690,14 +699,14 @@ class Transactions:
             txn.channel = None  # Stop reading; the message stays dequeued for the next transaction.
             return
         except Exception as e:
-            raise _wrap("app.ConsumeMessage", e) from e
+            raise _wrap("app.ConsumeMessage", e) from _cause(e)
 
         txn.consumed_count += 1
         txn.consumed_bytes += env.end - env.begin
         try:
             self.sequencer.step()
         except Exception as e:
-            raise _wrap("sequencer.Step", e) from e
+            raise _wrap("sequencer.Step", e) from _cause(e)
 
     def txn_tick(self, txn: Transaction, tick: int) -> None:
         """The timer fired at `tick`: min_dur elapsed (re-arm for max_dur), or max_dur did (stop reading)."""
@@ -727,7 +736,7 @@ class Transactions:
             assert prev.commit_barrier is not None
             err = _failure(prev.commit_barrier)
             if err is not None:
-                raise _wrap("store.StartCommit", err) from err
+                raise _wrap("store.StartCommit", err) from _cause(err)
             prev.committed_at = now
 
         txn.barrier = None
@@ -739,7 +748,7 @@ class Transactions:
                 continue
             err = _failure(fut)
             if err is not None:
-                raise _wrap("prev.ack", err) from err
+                raise _wrap("prev.ack", err) from _cause(err)
         if txn.barrier is not None:
             return  # An ACK is still in flight.
 
@@ -758,7 +767,7 @@ class Transactions:
         try:
             await self.app.finalize_txn(self.shard, self.store, self.publisher)
         except Exception as e:
-            raise _wrap("app.FinalizeTxn", e) from e
+            raise _wrap("app.FinalizeTxn", e) from _cause(e)
 
         offsets, states = self.sequencer.checkpoint(SEQUENCER_PRUNE_HORIZON_NS)
         intents = self.publisher.build_ack_intents()
@@ -772,7 +781,7 @@ class Transactions:
         if barrier.done():
             err = _failure(barrier)
             if err is not None:
-                raise _wrap("store.StartCommit", err) from err
+                raise _wrap("store.StartCommit", err) from _cause(err)
         txn.commit_barrier = barrier
         txn.prepare_done_at = self.timer.now()
         return txn.checkpoint
@@ -784,7 +793,7 @@ class Transactions:
             try:
                 aa = self.append_service.append(journal, bytes(intent), dependencies=[txn.commit_barrier])
             except Exception as e:
-                raise _wrap("writing ACK", e) from e
+                raise _wrap("writing ACK", e) from _cause(e)
             txn.acks.append(aa)
 
     # -- support ----------------------------------------------------------------------------
