@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -81,6 +82,22 @@ def _free_port() -> int:
         return port
 
 
+_WATCHDOG = """
+import os, shutil, signal, sys, time
+pid, root = int(sys.argv[1]), sys.argv[2]
+sys.stdin.buffer.read()  # EOF: the test process is gone (or stopped the server itself)
+try:
+    os.kill(pid, signal.SIGINT)
+    for _ in range(600):
+        os.kill(pid, 0)
+        time.sleep(0.05)
+except ProcessLookupError:
+    pass
+shutil.rmtree(root, ignore_errors=True)
+"""
+"""Stops the server and removes its directory when the test process dies without doing so."""
+
+
 class PostgresServer:
     """One PostgreSQL server process and its temporary directory."""
 
@@ -92,6 +109,7 @@ class PostgresServer:
         self.data = root / "data"
         self.log_path = root / "postgres.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: subprocess.Popen[bytes] | None = None
         self.startup_seconds = 0.0
 
     @classmethod
@@ -146,15 +164,21 @@ class PostgresServer:
             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
             "-c", "max_connections=100", "-c", "shared_buffers=32MB",
         ]
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, **self._run_kwargs())
         finally:
             log.close()
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(self.proc.pid), str(self.root)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
         while True:
             if self.proc.poll() is not None:
-                text = self.log_path.read_text(errors="replace")
+                text = self.log_path.read_bytes()[log_start:].decode(errors="replace")
+                self.stop_watchdog()
                 self.proc = None
                 if "Address already in use" in text:
                     raise _PortTaken(self.port)
@@ -182,9 +206,18 @@ class PostgresServer:
             conn.execute(f"CREATE DATABASE {name}")
         return self.dsn(name)
 
+    def stop_watchdog(self) -> None:
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is not None:
+            watchdog.kill()
+            watchdog.wait()
+            if watchdog.stdin is not None:
+                watchdog.stdin.close()
+
     def stop(self) -> None:
         """Fast shutdown (SIGINT: roll back, disconnect clients), then remove the directory."""
         proc, self.proc = self.proc, None
+        self.stop_watchdog()
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
