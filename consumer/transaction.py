@@ -29,6 +29,13 @@ the Publisher (whose AppendService also carries the ACK appends), a `TxnTimer` (
 on the event loop; tests drive their own), and a progress callback (`ShardProgress`). Times and
 durations are integer nanoseconds; the timer's `now()` is wall-clock time (it feeds the shard's
 publishing Clock).
+
+Where this differs from Gazette: when several events are ready at once, Go's select picks one at
+random; here the timer goes first, then the prior transaction's barrier, then the channel (the
+timer and barrier fire once each, so reads cannot starve them). A replayed range
+(QUEUE_ACK_COMMIT_REPLAY) is read whole before the Sequencer steps through it, since its
+`start_replay` takes a synchronous iterator. Recovered ACK intents are appended through the
+AppendService, so later appends to their journals queue behind them.
 """
 
 from __future__ import annotations
