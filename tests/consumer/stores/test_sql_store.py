@@ -390,3 +390,25 @@ async def test_destroy_lets_a_commit_in_the_database_finish(db: Database, stores
     assert commit.done() and commit.exception() is None
     assert db.keys() == {"a"}
     assert db.checkpoint(shard.fqn) == (1, checkpoint("foo", 1))
+
+
+async def test_increment_during_commit_waits_for_it(db: Database, stores: Callable[[], SQLStore]) -> None:
+    """The next transaction's write of a row the committing one wrote waits for that commit (a
+    PostgreSQL row lock, or SQLite's one writer) in its own thread, and loses no update."""
+    shard = FakeShard("shard-K")
+    store = stores()
+    await store.restore_checkpoint(shard)
+    await store.execute(f"INSERT INTO kv (k, v) VALUES ({db.ph}, {db.ph})", ("a", 1))
+    await store.start_commit(shard, checkpoint("foo", 1), [])
+
+    await store.execute(f"UPDATE kv SET v = v + 1 WHERE k = {db.ph}", ("a",))
+    appended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    commit = store.start_commit(shard, checkpoint("foo", 2), [appended])
+    increment = asyncio.create_task(store.execute(f"UPDATE kv SET v = v + 10 WHERE k = {db.ph}", ("a",)))
+    await asyncio.sleep(0.2)
+    assert not increment.done()
+    appended.set_result(None)
+    await commit
+    assert (await increment).rowcount == 1
+    await store.start_commit(shard, checkpoint("foo", 3), [])
+    assert db.sql("SELECT v FROM kv WHERE k = ?", ("a",)) == [(12,)]
