@@ -72,7 +72,13 @@ of the `sql.DB` pool, each open transaction has a connection of its own, so:
   and no statement waits on SQLite's lock timeout for a commit that waits on appends. Use a
   database file, not `:memory:` (each connection to `:memory:` is a different database).
 - Commits are applied in the order `start_commit` was called: each waits for the previous one,
-  and fails (`StoreDependencyError`) if it failed, since its checkpoint builds on it.
+  and fails (`StoreDependencyError`) if it failed, since its checkpoint builds on it; so after
+  a failed commit every later one fails, until `restore_checkpoint` starts the store afresh.
+
+Where this differs from Gazette's SQLStore: commits are ordered as above (Go's goroutines are
+not); a commit whose dependency failed rolls its transaction back (Go leaves it open); and the
+store opens its connections itself from `connect` and closes them in `destroy` (Go borrows a
+`*sql.DB` and leaves it open).
 
 Why threads: DB-API calls block, so they must run off the event loop. Each connection gets one
 thread of its own, which opens, uses and closes it: DB-API connections are not generally safe
