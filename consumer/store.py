@@ -5,8 +5,9 @@ A store commits a shard's `Checkpoint` (source offsets, producer states, ACK int
 as Gazette's `consumer.Store` does (reference 5):
 
 - `start_commit` must wait for every future of `wait_for` (the appends of messages the
-  transaction published) and fail if any of them fails; it returns at once with a future that
-  resolves when the commit is durable, or fails with the commit's error.
+  transaction published; their results are not used) and fail if any of them fails; it
+  returns at once with a future that resolves when the commit is durable, or fails with the
+  commit's error.
 - The application may consume the next transaction's messages while a commit is in flight.
 - A store backed by an external database fences: once another process has restored the
   shard's checkpoint, this store's commits fail. A store recorded to a recovery log relies on
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from consumer.protocol import pb as cpb
@@ -35,7 +36,9 @@ class Store(Protocol):
         """The last committed checkpoint (an empty one for a new shard); fences older primaries."""
         ...
 
-    def start_commit(self, shard: Shard, checkpoint: cpb.Checkpoint, wait_for: Sequence[OpFuture]) -> OpFuture:
+    def start_commit(
+        self, shard: Shard, checkpoint: cpb.Checkpoint, wait_for: Sequence[asyncio.Future[Any]]
+    ) -> OpFuture:
         """Begin committing the transaction's state with `checkpoint`, once `wait_for` resolved."""
         ...
 

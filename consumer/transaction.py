@@ -782,7 +782,8 @@ class Transactions:
 
         # The commit waits for every write of the transaction (but those to the shard's own
         # recovery log): it must not persist ACK intents or offsets past messages not yet written.
-        wait_for: Any = [aa.future for aa in self.append_service.pending_except(recovery_log(self.shard.spec))]
+        pending = self.append_service.pending_except(recovery_log(self.shard.spec))
+        wait_for: list[asyncio.Future[Any]] = [aa.future for aa in pending]
         barrier = self.store.start_commit(self.shard, txn.checkpoint, wait_for)
         # A barrier already failed is a synchronous error: the application must not consume more.
         if barrier.done():

@@ -487,7 +487,9 @@ class SQLStore:
         await self.start_commit(shard, checkpoint, [])
         return checkpoint
 
-    def start_commit(self, shard: Shard, checkpoint: pb.Checkpoint, wait_for: Sequence[OpFuture]) -> OpFuture:
+    def start_commit(
+        self, shard: Shard, checkpoint: pb.Checkpoint, wait_for: Sequence[asyncio.Future[Any]]
+    ) -> OpFuture:
         """Commit the open transaction with `checkpoint` once every `wait_for` operation (and the
         previous commit) succeeded; returns at once. The next `transaction()` is a new one."""
         if self._closed:
@@ -567,7 +569,7 @@ class SQLStore:
             self._release(conn, rollback=True)
 
     async def _await_dependencies(
-        self, shard_id: str, wait_for: list[OpFuture], previous: asyncio.Future[None] | None
+        self, shard_id: str, wait_for: list[asyncio.Future[Any]], previous: asyncio.Future[None] | None
     ) -> None:
         if previous is not None:
             if not previous.done():
