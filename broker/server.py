@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -157,6 +158,16 @@ class BrokerCore:
         return task
 
 
+def dump_tasks() -> None:
+    """Log the stack of every asyncio task (SIGUSR1), to see what a broker that seems stuck waits on."""
+    tasks = asyncio.all_tasks()
+    out = io.StringIO()
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        out.write(f"--- {task.get_name()} {task.get_coro()!r}\n")
+        task.print_stack(limit=12, file=out)
+    log.warning("asyncio tasks (SIGUSR1)", extra={"tasks": len(tasks), "stacks": out.getvalue()})
+
+
 class Broker:
     """A running broker. `await start()`, then `await stop()` (what SIGTERM does)."""
 
@@ -233,6 +244,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         await self._stop.wait()
         await self.stop()
 
