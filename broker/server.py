@@ -164,7 +164,10 @@ def dump_tasks() -> None:
     out = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
         out.write(f"--- {task.get_name()} {task.get_coro()!r}\n")
-        task.print_stack(limit=12, file=out)
+        # Not task.print_stack(): some frames (of compiled coroutines) have no line number.
+        for frame in task.get_stack(limit=12):
+            code = frame.f_code
+            out.write(f"  {code.co_filename}:{frame.f_lineno or 0} in {code.co_qualname}\n")
     log.warning("asyncio tasks (SIGUSR1)", extra={"tasks": len(tasks), "stacks": out.getvalue()})
 
 

@@ -101,3 +101,18 @@ def test_identity_flags_checked_before_anything_starts(flags: list[str], message
     assert message in out.stderr
     assert "Traceback" not in out.stderr
     assert not list(tmp_path.iterdir())  # Nothing was started or written.
+
+
+def test_sigusr1_logs_every_task_and_keeps_serving(tmp_path: Path, etcd_endpoint: str) -> None:
+    broker = BrokerProcess(tmp_path, etcd_endpoint, "/test/sigusr1").wait_ready()
+    try:
+        broker.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "asyncio tasks (SIGUSR1)" not in broker.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        logs = broker.logs()
+        assert "asyncio tasks (SIGUSR1)" in logs
+        assert "run_pulses" in logs and "run_allocator" in logs  # The stacks name what each task runs.
+        broker.wait_ready(timeout=5)  # Still serving.
+    finally:
+        assert broker.stop() == 0, broker.logs()
