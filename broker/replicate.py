@@ -3,12 +3,14 @@
 A replica applies content only inside a proposal it accepted, from a stream whose route is its
 own and names another broker as primary: the journal's primary refuses Replicate streams, a
 proposal for another journal ends the stream, and so does content after a proposal it refused.
-Anything refused leaves the spool as the last accepted proposal left it. (Authenticating the
-peer that sends the stream comes with broker authentication.)
+Anything refused leaves the spool as the last accepted proposal left it. A stream that cannot have
+the replica's spool within SPOOL_WAIT_TIMEOUT is refused too. (Authenticating the peer that sends the
+stream comes with broker authentication.)
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from broker.errors import ReplicationError
@@ -16,6 +18,13 @@ from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError, validate_replicate_request
 from broker.state import BrokerState
+
+SPOOL_WAIT_TIMEOUT = 5.0
+"""Seconds a Replicate stream waits for the replica's spool before it is refused. A replica serves one
+stream at a time, and a primary holds its own spool while it waits on its peers: without a bound, two
+brokers that each hold a spool the other's stream waits for (a primary that has not yet seen it was
+replaced, a pipeline being closed) would wait on each other for ever. Refused, the primary drops its
+pipeline and tries again."""
 
 
 async def serve_replicate(
@@ -50,7 +59,14 @@ async def serve_replicate(
         raise ReplicationError("this broker is the journal's primary: it accepts no Replicate stream", journal)
     replica = res.replica
     assert replica is not None
-    async with replica.lock:
+    try:
+        await asyncio.wait_for(replica.lock.acquire(), SPOOL_WAIT_TIMEOUT)
+    except TimeoutError:
+        raise ReplicationError(
+            f"replica busy: its spool was not free within {SPOOL_WAIT_TIMEOUT:g}s (another primary's stream, or"
+            " this broker's own append, holds it); retry once the route settles", journal,
+        ) from None
+    try:
         # This broker is a replica: any pipeline it held as a former primary is void.
         if replica.pipeline is not None:
             pipeline, replica.pipeline = replica.pipeline, None
@@ -88,6 +104,8 @@ async def serve_replicate(
             spool.apply(
                 pb.ReplicateRequest(proposal=spool.fragment.spec, registers=spool.registers, acknowledge=True)
             )
+    finally:
+        replica.lock.release()
 
 
 def _check(req: pb.ReplicateRequest) -> None:

@@ -13,6 +13,8 @@ import hashlib
 import grpc
 import pytest
 
+from broker import replicate
+from broker.errors import PipelineError
 from broker.fragment import sha1sum_from_digest
 from broker.protocol import pb
 from tests.broker.inprocess import InProcessBroker, InProcessCluster, append
@@ -168,3 +170,21 @@ async def test_a_stream_for_another_route_is_refused(
     assert [r.status for r in responses] == [pb.WRONG_ROUTE]
     assert journal_state(b) == before
     assert await b.read(J) == b"committed\n"
+
+
+async def test_a_stream_that_cannot_have_the_spool_in_time_is_refused(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's spool held for long (as by the stream of a primary that has not yet seen it was
+    replaced) refuses a new stream after SPOOL_WAIT_TIMEOUT rather than hold its primary for ever."""
+    monkeypatch.setattr(replicate, "SPOOL_WAIT_TIMEOUT", 0.2)
+    a, b = inproc_pair
+    await two_replicas(inproc_cluster, a, b)
+    before = journal_state(b)
+    async with b.replica(J).lock:
+        with pytest.raises(PipelineError, match="replica busy"):
+            await append(a, J, b"blocked\n")
+        assert journal_state(b) == before
+    # Once the spool is free, the primary's next append builds a new pipeline and commits on both.
+    assert (await append(a, J, b"next\n")).status == pb.OK
+    assert await b.read(J) == b"committed\nnext\n"
