@@ -90,8 +90,13 @@ class Append:
                 assert res.spec is not None
                 await self._write_suspend(res, LEVEL.NONE, res.spec.suspend.offset)
                 continue
-            if res.status == pb.NO_JOURNAL_PRIMARY_BROKER and time.monotonic() < deadline:
-                # A resumed or new journal awaits the allocator: give it a moment.
+            if (
+                res.status == pb.NO_JOURNAL_PRIMARY_BROKER
+                and time.monotonic() < deadline
+                and not self.state.stopping.is_set()
+            ):
+                # A resumed or new journal awaits the allocator: give it a moment (unless this
+                # broker is about to cut its RPCs off: then the status is the answer).
                 await self.state.keyspace.wait_for_change_within(deadline - time.monotonic())
                 continue
             if res.status != pb.OK:

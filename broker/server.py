@@ -269,6 +269,7 @@ class Broker:
         # streams an append may be using.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.resolver.settle(), REPLICATION_DRAIN_TIMEOUT)
+        self.state.stopping.set()
         # HTTP requests in flight are answered (over gRPC, so first), then RPCs in flight (appends
         # proxied through this broker among them) get a grace period.
         await self.listener.stop_accepting()

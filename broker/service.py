@@ -264,6 +264,10 @@ class JournalService(pb_grpc.JournalServicer):
             proxied = await self._proxy_append(context, forwarding, append.proxy.header, deadline)
             if proxied is not None:
                 return proxied
+            if self.state.stopping.is_set():
+                # This broker is about to cut its RPCs off: say that it wrote nothing, so that the
+                # client retries elsewhere, rather than be cancelled with its outcome unknown.
+                return self._not_primary(append.proxy.header)
             # The primary cannot be reached and nothing of the client's stream is spent: resolve
             # again once the mirror changes (the primary's lease expires, the allocator moves on).
             await self.state.keyspace.wait_for_change_within(PROXY_RETRY_INTERVAL)
@@ -299,9 +303,7 @@ class JournalService(pb_grpc.JournalServicer):
                 if not begun:
                     # The primary (stopping) never began it, and the client's content is spent: say
                     # so with a status, which the client retries knowing that nothing was written.
-                    reply = pb.AppendResponse(status=pb.NOT_JOURNAL_PRIMARY_BROKER, header=header)
-                    reply.header.process_id.CopyFrom(self.state.resolver.local_id)
-                    return reply
+                    return self._not_primary(header)
                 await _abort_proxied(context, exc, forwarding.first.journal, header)
         if asyncio.get_running_loop().time() >= deadline:
             peer = f"{header.process_id.zone}#{header.process_id.suffix}"
@@ -310,6 +312,13 @@ class JournalService(pb_grpc.JournalServicer):
                 f"proxying {forwarding.first.journal} to {peer}: primary unreachable for {PROXY_TIMEOUT:g}s",
             )
         return None
+
+    def _not_primary(self, header: pb.Header) -> pb.AppendResponse:
+        """NOT_JOURNAL_PRIMARY_BROKER from this broker, with the route of `header`: the append was
+        not written, and the client may retry it at the primary the route names."""
+        reply = pb.AppendResponse(status=pb.NOT_JOURNAL_PRIMARY_BROKER, header=header)
+        reply.header.process_id.CopyFrom(self.state.resolver.local_id)
+        return reply
 
     # --- Replicate ---------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ class BrokerState:
     min_append_rate: int = 0
     max_replication: int = 9
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the broker, exiting, has handed its journals off: RPCs in flight are given a grace
+    period, and an append still looking for its primary gives up with a status rather than wait."""
 
     def bucket(self, spec: pb.JournalSpec) -> TokenBucket:
         """The journal's append token bucket, rebuilt when its rate changes."""

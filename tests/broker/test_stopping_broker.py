@@ -20,6 +20,7 @@ import socket
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -34,7 +35,9 @@ from broker.client import (
     TransportError,
     append,
 )
+from broker.protocol import pb
 from broker.protocol.metadata import APPEND_BEGUN_KEY, never_begun
+from tests.broker.inprocess import InProcessBroker, InProcessCluster
 from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 pytestmark = pytest.mark.timeout(180)
@@ -175,3 +178,26 @@ def test_http_request_in_flight_is_answered_and_idle_connections_closed(tmp_path
     assert "Connection: close" in head, head
     assert f"X-Commit-End: {len(body)}\r\n" in head, head
     assert broker.stop() == 0, broker.logs()
+
+
+async def test_a_stopping_broker_answers_an_append_it_cannot_proxy(
+    inproc_cluster: InProcessCluster, inproc_pair: tuple[InProcessBroker, InProcessBroker]
+) -> None:
+    """Once a stopping broker has handed its journals off, an append it proxies to an unreachable
+    primary is answered NOT_JOURNAL_PRIMARY_BROKER (nothing written, retry at the primary), not held
+    until the broker cuts it off with its outcome unknown."""
+    a, b = inproc_pair
+    await inproc_cluster.put_spec(journal_spec(JOURNAL, replication=1))
+    await inproc_cluster.assign(JOURNAL, a)
+    await a.kill()  # The primary stops answering; its assignment stays until its lease expires.
+    b.state.stopping.set()
+
+    async def requests() -> AsyncIterator[pb.AppendRequest]:
+        yield pb.AppendRequest(journal=JOURNAL)
+        yield pb.AppendRequest(content=b"x\n")
+        yield pb.AppendRequest()
+
+    resp = await asyncio.wait_for(b.stub().Append(requests()), 5)
+    assert resp.status == pb.NOT_JOURNAL_PRIMARY_BROKER
+    assert resp.header.process_id == b.local_id
+    assert resp.header.route.members[resp.header.route.primary] == a.local_id
