@@ -267,8 +267,6 @@ async def test_two_services_share_shards_and_hand_them_over(
     derived = await new_source(client, "svc/derived")
     db = tmp_path / "counts.db"
     create_tables(db)
-    for s in shards:
-        await put_shard(etcd_client, root, shard_spec(s, sources[s]))
     expected: dict[str, dict[str, int]] = {s: {} for s in shards}
 
     async def batch(n: int) -> None:
@@ -284,18 +282,19 @@ async def test_two_services_share_shards_and_hand_them_over(
     one = service(etcd_client, root, "cons-c1", client, CountingApp(db, derived, every=4), exit_timeout=30.0)
     two = service(etcd_client, root, "cons-c2", client, CountingApp(db, derived, every=4), exit_timeout=30.0)
     await one.start()
+    await two.start()
     try:
-        await until(lambda: primaries(one, *shards), lambda p: set(p.values()) == {"cons-c1"}, "c1 primary of all")
-        await batch(5)
-        await two.start()
-        await batch(7)  # Published while the shards are rebalanced.
+        for s in shards:
+            await put_shard(etcd_client, root, shard_spec(s, sources[s]))
 
         def balanced(p: dict[str, str | None]) -> bool:
             return Counter(p.values()) == Counter({"cons-c1": 2, "cons-c2": 2})
 
         await until(lambda: primaries(one, *shards), balanced, "two primaries each")
         await until(lambda: primaries(two, *shards), balanced, "c2's view")
-        await until(counts_match, lambda c: c == expected, "counts after rebalancing")
+        await batch(5)
+        await batch(7)
+        await until(counts_match, lambda c: c == expected, "counts")
         assert sorted(two.replicas) == sorted(s for s, m in primaries(two, *shards).items() if m == "cons-c2")
 
         await one.stop()  # c2 takes its shards over, through standbys.
@@ -303,6 +302,66 @@ async def test_two_services_share_shards_and_hand_them_over(
         assert not one.replicas
         await batch(6)
         await until(counts_match, lambda c: c == expected, "counts after hand-over")
+        totals: dict[str, int] = {k: n for per in expected.values() for k, n in per.items()}
+        assert Counter(await derived_messages(client, derived)) == expected_derived(totals, 4)
+    finally:
+        await one.stop()
+        await two.stop()
+
+
+async def test_joining_service_takes_primaries_through_standbys(
+    etcd_client: Any, etcd_prefix: str, client: JournalClient, appender: AppendService, tmp_path: Path
+) -> None:
+    """Shards with a hot standby: a service that joins later becomes their STANDBY, then the primary
+    of half of them by in-place hand-offs (the old primary is demoted to a STANDBY), counting on."""
+    root = etcd_prefix
+    shards = [f"shard-{i}" for i in range(4)]
+    sources = {s: await new_source(client, f"svc/{s}") for s in shards}
+    derived = await new_source(client, "svc/derived")
+    db = tmp_path / "counts.db"
+    create_tables(db)
+    expected: dict[str, dict[str, int]] = {s: {} for s in shards}
+
+    async def batch(n: int) -> None:
+        for s in shards:
+            keys = [f"{s}-k{j % 2}" for j in range(n)]
+            await publish(appender, sources[s], *keys)
+            for k in keys:
+                expected[s][k] = expected[s].get(k, 0) + 1
+
+    def layout(svc: ConsumerService) -> dict[str, dict[int, tuple[str, int]]]:
+        found = statuses(svc)
+        return {s: found.get(s, {}) for s in shards}
+
+    def settled(found: dict[str, dict[int, tuple[str, int]]]) -> bool:
+        # A primary at slot 0 and a standby (the old primary, re-keyed to a free slot, or the
+        # standby added for it).
+        for slots in found.values():
+            if len(slots) != 2 or 0 not in slots or slots[0][1] != Code.PRIMARY:
+                return False
+            if [code for slot, (_, code) in slots.items() if slot != 0] != [Code.STANDBY]:
+                return False
+        return Counter(slots[0][0] for slots in found.values()) == Counter({"cons-c1": 2, "cons-c2": 2})
+
+    one = service(etcd_client, root, "cons-c1", client, CountingApp(db, derived, every=4), exit_timeout=30.0)
+    two = service(etcd_client, root, "cons-c2", client, CountingApp(db, derived, every=4), exit_timeout=30.0)
+    await one.start()
+    try:
+        for s in shards:
+            spec = shard_spec(s, sources[s])
+            spec.hot_standbys = 1
+            await put_shard(etcd_client, root, spec)
+        await until(lambda: primaries(one, *shards), lambda p: set(p.values()) == {"cons-c1"}, "c1 primary of all")
+        await batch(5)
+        await two.start()
+        await batch(7)  # Published while primaries move.
+        found = await until(lambda: layout(one), settled, "a primary and a standby each, two primaries per service")
+        await until(lambda: layout(two), lambda f: f == found, "c2's view")
+        await batch(3)
+        await until(lambda: read_counts_by_shard(db), lambda c: c == expected, "counts")
+        for svc, suffix in ((one, "cons-c1"), (two, "cons-c2")):
+            served = sorted(s for s, r in svc.replicas.items() if r.serving)
+            assert served == sorted(s for s, slots in found.items() if slots[0][0] == suffix)
         totals: dict[str, int] = {k: n for per in expected.values() for k, n in per.items()}
         assert Counter(await derived_messages(client, derived)) == expected_derived(totals, 4)
     finally:
