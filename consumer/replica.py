@@ -214,10 +214,11 @@ class Replica:
         self._begin(after=previous)
 
     def _begin(self, after: asyncio.Task[None] | None = None) -> None:
-        self.store_ready = asyncio.Event()
-        self.done = asyncio.Event()
+        # Each serving has its own events: a cancelled one finishing late must not touch the next's.
+        ready, done = asyncio.Event(), asyncio.Event()
+        self.store_ready, self.done = ready, done
         self.error = None
-        self._task = asyncio.create_task(self._serve(after), name=f"shard {self.id}")
+        self._task = asyncio.create_task(self._serve(after, ready, done), name=f"shard {self.id}")
 
     async def close(self) -> None:
         """Stop serving (cancel), wait for resolutions in use (bounded), destroy the store."""
@@ -237,7 +238,7 @@ class Replica:
 
     # -- serving --------------------------------------------------------------------------------
 
-    async def _serve(self, after: asyncio.Task[None] | None) -> None:
+    async def _serve(self, after: asyncio.Task[None] | None, ready: asyncio.Event, done: asyncio.Event) -> None:
         if after is not None:
             await asyncio.wait({after})  # The previous serving's teardown (store destroyed).
         try:
@@ -245,18 +246,20 @@ class Replica:
                 # No recovery log to play: a standby is ready at once.
                 await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY), replace=True)
                 return
-            await self._serve_primary()
+            await self._serve_primary(ready, done)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.error = failed_status(exc).errors[0]
-            log.warning("shard failed", extra={"shard": self.id, "error": self.error})
+            error = failed_status(exc).errors[0]
+            if self.done is done:
+                self.error = error
+            log.warning("shard failed", extra={"shard": self.id, "error": error})
             with contextlib.suppress(Exception):
                 await self._update_status(failed_status(exc))
         finally:
-            self.done.set()
+            done.set()
 
-    async def _serve_primary(self) -> None:
+    async def _serve_primary(self, ready: asyncio.Event, done: asyncio.Event) -> None:
         await self._await_handoff()
         try:
             store = await self.app.new_store(self, None)
@@ -269,12 +272,13 @@ class Replica:
             except Exception as exc:
                 raise ReplicaError(f"completeRecovery: store.RestoreCheckpoint: {exc}") from exc
             await self._update_status(cpb.ReplicaStatus(code=Code.PRIMARY))
-            self.store_ready.set()
+            ready.set()
             log.info("shard serving as primary", extra={"shard": self.id})
             await self._run(store, checkpoint)
         finally:
-            self.store = None
-            self.done.set()
+            if self.store is store:
+                self.store = None
+            done.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), CLOSE_TIMEOUT)
             try:
