@@ -367,3 +367,25 @@ async def test_joining_service_takes_primaries_through_standbys(
     finally:
         await one.stop()
         await two.stop()
+
+
+async def test_lost_lease_stops_serving(
+    etcd_client: Any, etcd_prefix: str, client: JournalClient, tmp_path: Path
+) -> None:
+    """A service whose lease is gone (revoked here) stops serving its shards and does not come back."""
+    root = etcd_prefix
+    src = await new_source(client, "svc/lease")
+    db = tmp_path / "counts.db"
+    create_tables(db)
+    await put_shard(etcd_client, root, shard_spec("shard-lease", src))
+    svc = service(etcd_client, root, "cons-c1", client, CountingApp(db, src), lease_ttl=3.0, exit_timeout=0.5)
+    await svc.start()
+    try:
+        await until(lambda: primaries(svc, "shard-lease"), lambda p: p == {"shard-lease": "cons-c1"}, "PRIMARY")
+        replica = svc.replicas["shard-lease"]
+        await etcd_client.revoke_lease(svc.announcement.lease_id)
+        await asyncio.wait_for(svc.lost.wait(), 15.0)
+        await until(lambda: (dict(svc.replicas), replica.serving), lambda v: v == ({}, False), "replicas closed")
+        assert svc.resolver.stopped
+    finally:
+        await svc.stop()
