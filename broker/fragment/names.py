@@ -85,6 +85,8 @@ def parse_fragment_from_relative_path(journal: str, rel: str) -> pb.Fragment:
     `wrong Fragment format: ...` or `unrecognized compression extension: .XXX`.
     """
     try:
+        _check_utf8(journal, "journal name")
+        _check_utf8(rel, "fragment path")
         frag = _parse(journal, rel)
         validate_fragment(frag)
     except FragmentNameError as err:
@@ -93,6 +95,16 @@ def parse_fragment_from_relative_path(journal: str, rel: str) -> pb.Fragment:
     except ValidationError as err:
         raise FragmentNameError(str(err), journal=journal, path=rel) from None
     return frag
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Refuse a name that is not UTF-8: os.listdir gives lone surrogates for the bytes of a store
+    directory or file whose name is not, and protobuf strings cannot hold them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise FragmentNameError(f"{what} is not valid UTF-8 at character {err.start}: {shown}") from None
 
 
 def _parse(journal: str, rel: str) -> pb.Fragment:

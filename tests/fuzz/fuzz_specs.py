@@ -583,13 +583,13 @@ HEX = st.text("0123456789abcdefABCDEF", max_size=18)
 
 
 @st.composite
-def fragment_paths(draw: st.DrawFn, surrogates: bool = True) -> tuple[str, str]:
+def fragment_paths(draw: st.DrawFn) -> tuple[str, str]:
     """(journal, path relative to it) of a fragment file: well-formed ones, near misses, and junk.
 
-    Each part (journal, offsets, sum, extension, postfix, separators) is now and then replaced by junk.
-    Without `surrogates`, no lone surrogates (as `os.listdir` gives for undecodable bytes) are drawn.
+    Each part (journal, offsets, sum, extension, postfix, separators) is now and then replaced by junk,
+    lone surrogates among it (as `os.listdir` gives for the bytes of a name that is not UTF-8).
     """
-    chars = _CHARS if surrogates else st.characters(codec="utf-8")
+    chars = _CHARS
     if rare(draw, 9):
         return draw(texts(chars, max_size=6)), draw(texts(chars, max_size=60))
     journal = draw(st.sampled_from(["a/b", "journal/part-000", "x/y=z"]))
