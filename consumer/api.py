@@ -1,0 +1,345 @@
+"""The Shard gRPC API of a consumer process (Gazette's shard_api.go; consumer digest 8.2).
+
+`ShardAPI` implements `consumer.Shard` over a `ConsumerService`:
+
+- **List**: the shards whose labels (with the meta-label `id`) match the request's selector, each
+  with its mod and create revisions, its route (members, primary, endpoints) and one
+  ReplicaStatus per route member, in the route's order. The header is unrouted.
+- **Stat**: resolves the shard. A primary in another process is proxied to (with the resolution's
+  header, so the peer does not proxy again); a local primary is waited on until it has read
+  through `read_through` (offsets of its source journals; others are ignored), and its
+  read-through and publish-at offsets are returned.
+- **Apply**: upserts and deletes of ShardSpecs in one etcd transaction, each compared with the
+  item's ModRevision unless `expect_mod_revision` is -1 (0 creates). A mismatch answers
+  ETCD_TRANSACTION_FAILED; success waits until this process's mirror has read the revision.
+  An upsert's `primary_hints` are put, as Gazette's JSON, at the shard's primary hints key.
+- **Unassign**: deletes the FAILED assignments of the shards, and their primary (slot 0) unless
+  `only_failed`, in one transaction compared with each assignment's ModRevision; `dry_run` only
+  reports which shards would be unassigned.
+- **GetHints**: the primary and backup FSMHints recorded in etcd under the shard's hint keys
+  (JSON or proto); absent keys give empty hints (recovery logs are not recorded yet, so only an
+  Apply with `primary_hints` writes any).
+
+Invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
+the broker's (`broker.rpc_decoding.tolerant`). Authorization claims are not implemented: every
+caller may do everything (as the broker without `--broker.auth-keys`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from broker.client.config import dial_target
+from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
+from broker.protocol import labels
+from broker.protocol import pb as bpb
+from broker.protocol.validation import ValidationError
+from broker.rpc_decoding import tolerant
+from consumer.protocol import pb, pb_grpc, recoverylog_pb
+from consumer.protocol.shard_spec import hint_backup_keys, hint_primary_key, label_set_ext
+from consumer.protocol.validation import (
+    validate_apply_request,
+    validate_fsm_hints,
+    validate_get_hints_request,
+    validate_list_request,
+    validate_stat_request,
+    validate_unassign_request,
+)
+from consumer.resolver import ResolverError, ResolverStopped
+
+if TYPE_CHECKING:
+    from consumer.service import ConsumerService
+
+log = logging.getLogger(__name__)
+
+Code = pb.ReplicaStatus.Code
+
+PROXY_TIMEOUT = 60.0
+"""Seconds a proxied Stat may take when the caller set no deadline."""
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("unreachable")
+
+
+# -- hints as Gazette stores them in etcd (Go encoding/json of recoverylog.FSMHints) ---------------
+
+_SEGMENT_FIELDS = ("author", "first_seq_no", "first_offset", "first_checksum", "last_seq_no", "last_offset", "log")
+
+
+def hints_to_json(hints: recoverylog_pb.FSMHints) -> bytes:
+    """FSMHints as Go's encoding/json writes them: `log` omitted when empty, `live_nodes` and
+    `properties` null when empty, segment fields omitted when zero."""
+    doc: dict[str, Any] = {}
+    if hints.log:
+        doc["log"] = hints.log
+    doc["live_nodes"] = [
+        {
+            **({"fnode": node.fnode} if node.fnode else {}),
+            "segments": [
+                {name: getattr(seg, name) for name in _SEGMENT_FIELDS if getattr(seg, name)} for seg in node.segments
+            ] or None,
+        }
+        for node in hints.live_nodes
+    ] or None
+    doc["properties"] = [
+        {**({"path": p.path} if p.path else {}), **({"content": p.content} if p.content else {})}
+        for p in hints.properties
+    ] or None
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def hints_from_value(value: bytes) -> recoverylog_pb.FSMHints:
+    """Decode a hints value: JSON when it starts with `{` (as Gazette sniffs it), else protobuf."""
+    if not value.lstrip().startswith(b"{"):
+        return recoverylog_pb.FSMHints.FromString(value)
+    doc = json.loads(value)
+    hints = recoverylog_pb.FSMHints(log=doc.get("log") or "")
+    for node in doc.get("live_nodes") or ():
+        out = hints.live_nodes.add(fnode=int(node.get("fnode") or 0))
+        for seg in node.get("segments") or ():
+            out.segments.add(**{name: seg[name] for name in _SEGMENT_FIELDS if seg.get(name)})
+    for prop in doc.get("properties") or ():
+        hints.properties.add(path=prop.get("path") or "", content=prop.get("content") or "")
+    return hints
+
+
+class ShardAPI(pb_grpc.ShardServicer):
+    """The `consumer.Shard` service of one consumer process."""
+
+    def __init__(self, service: ConsumerService) -> None:
+        self.service = service
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def close(self) -> None:
+        """Close the channels opened to proxy Stat to peers."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _unrouted_header(self) -> bpb.Header:
+        zone, suffix = self.service.member_id
+        header = bpb.Header(
+            process_id=bpb.ProcessSpec.ID(zone=zone, suffix=suffix), etcd=self.service.keyspace.etcd_header()
+        )
+        header.route.primary = -1
+        return header
+
+    def _peer(self, endpoint: str) -> pb_grpc.ShardStub:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            target = dial_target(endpoint)
+            if target.tls:
+                channel = grpc.aio.secure_channel(target.target, grpc.ssl_channel_credentials())
+            else:
+                channel = grpc.aio.insecure_channel(target.target)
+            self._channels[endpoint] = channel
+        return pb_grpc.ShardStub(channel)
+
+    async def _commit(
+        self, context: grpc.aio.ServicerContext, what: str, compares: list[Any], ops: list[Any]
+    ) -> tuple[bool, int]:
+        """Run one etcd transaction; an error of etcd's ends the RPC with etcd's status."""
+        try:
+            ok, revision = await txn(self.service.etcd, compares, ops, [])
+        except grpc.aio.AioRpcError as exc:
+            await _abort(
+                context, exc.code(),
+                f"etcd rejected the {what} transaction of {len(ops)} operations: {exc.details()}"
+                " (etcd limits operations per transaction with --max-txn-ops, default 128; apply in"
+                " smaller transactions, e.g. gazctl's --max-txn-size)",
+            )
+        if ok:
+            await self.service.keyspace.wait_for_revision(revision)
+        return ok, revision
+
+    # -- RPCs -----------------------------------------------------------------------------------
+
+    async def List(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.ListResponse:
+        try:
+            validate_list_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        keyspace = self.service.keyspace
+        selector = request.selector
+        match_all = not selector.include.labels and not selector.exclude.labels
+        response = pb.ListResponse(status=pb.OK, header=self._unrouted_header())
+        for shard_id in sorted(keyspace.items):
+            item = keyspace.items[shard_id]
+            if not match_all and not labels.matches(selector, label_set_ext(item.spec)):
+                continue
+            shard = response.shards.add(
+                spec=item.spec, mod_revision=item.mod_revision, create_revision=item.create_revision,
+                route=keyspace.route(shard_id),
+            )
+            # The route's members and the assignments are both ordered by (zone, suffix, slot).
+            shard.status.extend(a.value for a in keyspace.assignments(shard_id))
+        return response
+
+    async def Stat(self, request: pb.StatRequest, context: grpc.aio.ServicerContext) -> pb.StatResponse:
+        try:
+            validate_stat_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        proxied = request.HasField("header")
+        try:
+            res = await self.service.resolver.resolve(
+                request.shard,
+                may_proxy=not proxied,
+                proxy_header=request.header if proxied else None,
+                read_through=dict(request.read_through),
+            )
+        except ResolverStopped as exc:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"{exc} (the consumer is stopping; retry)")
+        except ResolverError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if res.status != pb.OK:
+            return pb.StatResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
+        if res.shard is None:
+            return await self._proxy_stat(request, res.header, context)
+        try:
+            progress = res.shard.progress
+            return pb.StatResponse(
+                status=pb.OK, header=res.header,
+                read_through=dict(progress.read_through), publish_at=dict(progress.publish_at),
+            )
+        finally:
+            res.done()
+
+    async def _proxy_stat(
+        self, request: pb.StatRequest, header: bpb.Header, context: grpc.aio.ServicerContext
+    ) -> pb.StatResponse:
+        route = header.route
+        endpoint = route.endpoints[route.primary] if 0 <= route.primary < len(route.endpoints) else ""
+        peer = f"{header.process_id.zone}#{header.process_id.suffix}"
+        if not endpoint:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"primary {peer} of {request.shard} has no endpoint")
+        forwarded = pb.StatRequest()
+        forwarded.CopyFrom(request)
+        forwarded.header.CopyFrom(header)
+        remaining = context.time_remaining()
+        try:
+            response: pb.StatResponse = await self._peer(endpoint).Stat(
+                forwarded, timeout=remaining if remaining is not None else PROXY_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as exc:
+            await _abort(context, exc.code(), f"proxying Stat of {request.shard} to {peer}: {exc.details()}")
+        return response
+
+    async def Apply(self, request: pb.ApplyRequest, context: grpc.aio.ServicerContext) -> pb.ApplyResponse:
+        try:
+            validate_apply_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        root = self.service.root
+        compares: list[Any] = []
+        ops: list[Any] = []
+        for change in request.changes:
+            shard_id = change.upsert.id if change.HasField("upsert") else change.delete
+            key = item_key(root, shard_id)
+            if change.expect_mod_revision != -1:
+                compares.append(compare_mod(key, change.expect_mod_revision))
+            if change.HasField("upsert"):
+                ops.append(put_op(key, change.upsert.SerializeToString()))
+                if change.HasField("primary_hints"):
+                    ops.append(put_op(hint_primary_key(change.upsert), hints_to_json(change.primary_hints)))
+            else:
+                ops.append(delete_op(key))
+        ok, revision = await self._commit(context, "Apply", compares, ops)
+        header = self._unrouted_header()
+        if not ok:
+            return pb.ApplyResponse(status=pb.ETCD_TRANSACTION_FAILED, header=header)
+        header.etcd.revision = revision
+        return pb.ApplyResponse(status=pb.OK, header=header)
+
+    async def Unassign(self, request: pb.UnassignRequest, context: grpc.aio.ServicerContext) -> pb.UnassignResponse:
+        try:
+            validate_unassign_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        keyspace = self.service.keyspace
+        compares: list[Any] = []
+        ops: list[Any] = []
+        unassigned: list[str] = []
+        for shard_id in request.shards:
+            removed = False
+            for a in keyspace.assignments(shard_id):
+                if a.value.code == Code.FAILED or (not request.only_failed and a.slot == 0):
+                    compares.append(compare_mod(a.key, a.mod_revision))
+                    ops.append(delete_op(a.key))
+                    removed = True
+            if removed and shard_id not in unassigned:
+                unassigned.append(shard_id)
+        if request.dry_run or not ops:
+            return pb.UnassignResponse(status=pb.OK, shards=unassigned)
+        ok, _ = await self._commit(context, "Unassign", compares, ops)
+        if not ok:
+            return pb.UnassignResponse(status=pb.ETCD_TRANSACTION_FAILED)
+        return pb.UnassignResponse(status=pb.OK, shards=unassigned)
+
+    async def GetHints(self, request: pb.GetHintsRequest, context: grpc.aio.ServicerContext) -> pb.GetHintsResponse:
+        try:
+            validate_get_hints_request(request)
+        except ValidationError as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        header = self._unrouted_header()
+        item = self.service.keyspace.items.get(request.shard)
+        if item is None:
+            return pb.GetHintsResponse(status=pb.SHARD_NOT_FOUND, header=header)
+        spec = item.spec
+        keys = [hint_primary_key(spec), *hint_backup_keys(spec)]
+        values = await self._fetch(keys)
+        found: list[pb.GetHintsResponse.ResponseHints] = []
+        for key in keys:
+            hints = pb.GetHintsResponse.ResponseHints()
+            value = values.get(key)
+            if value:
+                try:
+                    decoded = hints_from_value(value)
+                    validate_fsm_hints(decoded)
+                except (ValueError, DecodeError, ValidationError, TypeError) as exc:
+                    await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"hints at {key} are invalid: {exc}")
+                hints.hints.CopyFrom(decoded)
+            found.append(hints)
+        return pb.GetHintsResponse(status=pb.OK, header=header, primary_hints=found[0], backup_hints=found[1:])
+
+    async def _fetch(self, keys: list[str]) -> Mapping[str, bytes]:
+        out: dict[str, bytes] = {}
+        for key in keys:
+            got = await self.service.etcd.get(key.encode())
+            if got is not None:
+                out[key] = bytes(got.value)
+        return out
+
+
+def add_shard_service(api: ShardAPI, server: grpc.aio.Server) -> None:
+    """Register `api` as the generated `add_ShardServicer_to_server` does, except that a request
+    that does not decode ends its RPC with INTERNAL (see `broker.rpc_decoding`)."""
+
+    class Capture:
+        def __init__(self) -> None:
+            self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+        def add_generic_rpc_handlers(self, _generic: object) -> None:
+            pass
+
+        def add_registered_method_handlers(self, _name: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+            self.handlers = dict(handlers)
+
+    capture = Capture()
+    pb_grpc.add_ShardServicer_to_server(api, capture)
+    handlers = {name: tolerant(handler) for name, handler in capture.handlers.items()}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("consumer.Shard", handlers),))
+    server.add_registered_method_handlers("consumer.Shard", handlers)
+
+
+__all__ = ["ShardAPI", "add_shard_service", "hints_from_value", "hints_to_json"]

@@ -1,0 +1,248 @@
+"""`gazette`: the command line of brokers (`gazette serve`) and consumers (`gazette consume MODULE:ATTR`).
+
+The `gazette` console script runs `main()` here: this app carries broker.cli's `serve` (the
+dependency direction is broker <- consumer, so the app that has both lives on the consumer's
+side); `python -m broker serve` runs the broker's own app, unchanged.
+
+Errors are one line on stderr, `error: <what is wrong>`, with exit status 2 for bad arguments and
+1 for a failure to start; never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from broker import cli as broker_cli
+from broker import logs
+from broker.errors import GazetteError
+from broker.logs import LogFormat
+from consumer.process import (
+    ApplicationLoadError,
+    ConsumerConfig,
+    ConsumerProcess,
+    default_prefix,
+    load_application,
+)
+from consumer.protocol import pb as cpb
+from consumer.protocol.validation import ValidationError, validate_consumer_spec
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(
+    name="gazette",
+    help="Gazette: `serve` runs a broker (journals over gRPC and HTTP on one port); "
+    "`consume MODULE:ATTR` runs a consumer application's shards.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("serve")(broker_cli.serve)
+
+
+@app.callback()
+def main_callback() -> None:
+    """Gazette brokers and consumers."""
+
+
+@app.command()
+def consume(
+    application: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:ATTR",
+            help="The application object, as uvicorn takes `main:app`: ATTR of the importable MODULE "
+            "(the current directory is searched first).",
+            show_default=False,
+        ),
+    ],
+    zone: Annotated[
+        str, typer.Option("--consumer.zone", envvar="CONSUMER_ZONE", help="Availability zone of the consumer.")
+    ] = "local",
+    consumer_id: Annotated[
+        str,
+        typer.Option(
+            "--consumer.id", envvar="CONSUMER_ID",
+            help="Unique ID suffix of the consumer within its zone (default: random).",
+        ),
+    ] = "",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--consumer.host", envvar="CONSUMER_HOST",
+            help="Host name to advertise to peers and clients (default: hostname).",
+        ),
+    ] = "",
+    port: Annotated[
+        int,
+        typer.Option(
+            "--consumer.port", envvar="CONSUMER_PORT",
+            help="Port serving the Shard gRPC API and HTTP (0 picks a free one, logged at start).",
+        ),
+    ] = 0,
+    bind: Annotated[
+        str, typer.Option("--consumer.bind", envvar="CONSUMER_BIND", help="Address to listen on.")
+    ] = "0.0.0.0",
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--consumer.limit", envvar="CONSUMER_LIMIT", help="Maximum number of shards assigned to this consumer."
+        ),
+    ] = 32,
+    max_hot_standbys: Annotated[
+        int,
+        typer.Option(
+            "--consumer.max-hot-standbys", envvar="CONSUMER_MAX_HOT_STANDBYS",
+            help="Cap on the hot standbys of every shard, whatever its spec asks.",
+        ),
+    ] = 3,
+    max_grpc_recv_size: Annotated[
+        int,
+        typer.Option(
+            "--consumer.max-grpc-recv-size", envvar="CONSUMER_MAX_GRPC_RECV_SIZE",
+            help="Largest gRPC message the consumer accepts, in bytes.",
+        ),
+    ] = 4 << 20,
+    watch_delay: Annotated[
+        float,
+        typer.Option(
+            "--consumer.watch-delay", envvar="CONSUMER_WATCH_DELAY",
+            help="Seconds to batch etcd watch events before applying them.",
+        ),
+    ] = 0.03,
+    broker_address: Annotated[
+        str,
+        typer.Option("--broker.address", envvar="BROKER_ADDRESS", help="Broker to read and publish through."),
+    ] = "http://localhost:8080",
+    etcd_address: Annotated[
+        str,
+        typer.Option(
+            "--etcd.address", envvar="ETCD_ADDRESS",
+            help="etcd of the consumer's keyspace (`gazette serve`'s embedded etcd answers at the default).",
+        ),
+    ] = "http://localhost:2379",
+    etcd_prefix: Annotated[
+        str,
+        typer.Option(
+            "--etcd.prefix", envvar="ETCD_PREFIX",
+            help="Root of the application's keyspace in etcd (default: /gazette/consumers/<the application's type>).",
+            show_default=False,
+        ),
+    ] = "",
+    etcd_lease: Annotated[
+        float,
+        typer.Option("--etcd.lease", envvar="ETCD_LEASE_TTL", help="TTL in seconds of the consumer's etcd lease."),
+    ] = 20.0,
+    log_level: Annotated[
+        str,
+        typer.Option("--log.level", envvar="LOG_LEVEL", help="Logging level: debug, info, warn, error."),
+    ] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option("--log.format", envvar="LOG_FORMAT", help="Logging format."),
+    ] = LogFormat.text,
+) -> None:
+    """Run a consumer application's shards: `gazette consume myapp:app`."""
+    if log_level.lower() not in logs.LEVELS:
+        raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
+                                 param_hint="--log.level")
+    consumer_id = consumer_id or broker_cli._two_words()
+    host = host or socket.gethostname()
+    _check_identity(zone, consumer_id, f"http://{host}:{port}", limit)
+    if max_hot_standbys < 0:
+        raise typer.BadParameter(f"must be >= 0, not {max_hot_standbys}", param_hint="--consumer.max-hot-standbys")
+    if etcd_lease <= 0:
+        raise typer.BadParameter(f"must be > 0, not {etcd_lease:g}", param_hint="--etcd.lease")
+    if etcd_prefix and (not etcd_prefix.startswith("/") or etcd_prefix.endswith("/")):
+        raise typer.BadParameter(
+            f"{etcd_prefix!r} must start with '/' and not end with one", param_hint="--etcd.prefix"
+        )
+    try:
+        application_object = load_application(application)
+    except ApplicationLoadError as err:
+        raise typer.BadParameter(str(err), param_hint="MODULE:ATTR") from None
+
+    logs.configure(log_level, log_format.value)
+    config = ConsumerConfig(
+        zone=zone, id=consumer_id, host=host, port=port, bind=bind, limit=limit,
+        max_hot_standbys=max_hot_standbys, max_grpc_recv_size=max_grpc_recv_size,
+        broker_address=broker_address, etcd_address=etcd_address,
+        etcd_prefix=etcd_prefix or default_prefix(application_object), etcd_lease=etcd_lease,
+        watch_delay=watch_delay,
+    )
+    code = asyncio.run(_consume(config, application_object))
+    raise typer.Exit(code)
+
+
+class StartError(Exception):
+    """The consumer could not start (etcd unreachable, port taken, ...): one line, exit status 1."""
+
+
+def _check_identity(zone: str, consumer_id: str, endpoint: str, limit: int) -> None:
+    """The broker's identity check (`broker.cli._check_identity`), naming the consumer's flags,
+    then the ConsumerSpec's own validation."""
+    try:
+        broker_cli._check_identity(zone, consumer_id, endpoint, limit)
+    except typer.BadParameter as err:
+        hint = str(err.param_hint or "").replace("--broker.", "--consumer.")
+        raise typer.BadParameter(err.message, param_hint=hint) from None
+    spec = cpb.ConsumerSpec(shard_limit=limit)
+    spec.process_spec.id.zone, spec.process_spec.id.suffix = zone, consumer_id
+    spec.process_spec.endpoint = endpoint
+    try:
+        validate_consumer_spec(spec)
+    except ValidationError as err:
+        raise typer.BadParameter(str(err), param_hint="--consumer.id") from None
+
+
+async def _consume(config: ConsumerConfig, application: Any) -> int:
+    process = ConsumerProcess(config, application)
+    try:
+        await process.start()
+    except (GazetteError, OSError, ValueError) as exc:
+        log.debug("start failed", exc_info=True)
+        await process.abort()
+        raise StartError(f"starting the consumer failed: {exc}") from None
+    except BaseException:
+        await process.abort()
+        raise
+    return await process.run_until_signalled()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def main() -> None:
+    """Run `gazette` on the process's arguments; errors are one line on stderr, never a traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except StartError as exc:
+        typer.echo(f"error: {_one_line(str(exc))}", err=True)
+        sys.exit(1)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        # Click's exceptions (typer vendors click from 0.20 on: match them by what they have).
+        format_message, exit_code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if format_message is None or not isinstance(exit_code, int):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `gazette` alone: its help.
+            typer.echo(format_message(), err=True)
+            sys.exit(exit_code)
+        ctx = getattr(exc, "ctx", None)
+        command = ctx.command_path if ctx is not None else "gazette"
+        usage = any(c.__name__ == "UsageError" for c in type(exc).__mro__)
+        hint = f" (see `{command} --help`)" if usage else ""
+        typer.echo(f"error: {_one_line(format_message())}{hint}", err=True)
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+__all__ = ["app", "main"]
