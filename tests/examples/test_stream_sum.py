@@ -1,0 +1,423 @@
+"""stream-sum (examples/stream_sum), Gazette's exactly-once crash test, against real parts: the
+session's etcd, a `gazette serve` broker, and in-process ConsumerServices running the Summer on
+SQLite files, then on a real PostgreSQL database.
+
+Exactly-once violations surface as failures on either side: a summer that reads a chunk out of
+sequence FAILS its shard (recorded here by a keyspace monitor), and a chunker raises
+`ChunkerError` on a wrong, missing or duplicated sum. The tests assert on counts and statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+from broker.client import JournalClient
+from broker.keyspace import KeySpace, item_key
+from consumer.keyspace import CONSUMER_SCHEMA
+from consumer.message import JSON_FRAMING, Flags, build_uuid, get_flags, read_committed
+from consumer.protocol import pb as cpb
+from consumer.service import ConsumerService
+from examples.stream_sum import (
+    Chunk,
+    Chunker,
+    ChunkerError,
+    ChunkerStats,
+    OutOfSequence,
+    Sum,
+    Summer,
+    crc64,
+    journal_specs,
+    shard_specs,
+)
+from examples.stream_sum.specs import sum_journals
+from examples.stream_sum.summer import SumCache, sqlite_path, to_signed, to_unsigned
+from tests.broker.client.helpers import create_journal
+from tests.harness import BrokerProcess
+
+Code = cpb.ReplicaStatus.Code
+T = TypeVar("T")
+WAIT = 60.0
+CHUNK_PARTITIONS = 4
+SUM_PARTITIONS = 2
+
+
+# -- units ----------------------------------------------------------------------------------------
+
+
+def test_crc64_is_gos_ecma_table() -> None:
+    assert crc64.checksum(b"123456789") == 0x995DC9BBDF1939FA  # CRC-64/XZ's check value.
+    # Gazette's TestUpdateSumCases: whole, and folded chunk by chunk.
+    assert crc64.checksum(b"battery horse") == 0xAE763109C1192ED6
+    assert crc64.update(crc64.update(0, b"battery"), b" horse") == 0xAE763109C1192ED6
+    assert crc64.update(0, b"") == 0
+    assert crc64.ECMA_REFLECTED == int(f"{crc64.ECMA_POLY:064b}"[::-1], 2)
+
+
+def test_messages_are_gos_json() -> None:
+    u = build_uuid(bytes.fromhex("010203040506"), 160, Flags.CONTINUE_TXN)
+    chunk = Chunk(UUID=u, ID=bytes(range(16)), SeqNo=3, Data=b"battery")
+    line = JSON_FRAMING.marshal(chunk)
+    assert json.loads(line) == {
+        "UUID": "0000000a-0000-1000-8001-010203040506", "ID": list(range(16)), "SeqNo": 3,
+        "Data": base64.b64encode(b"battery").decode(),
+    }
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert JSON_FRAMING.unmarshal(line, Chunk()) == chunk
+    final = JSON_FRAMING.unmarshal(JSON_FRAMING.marshal(Chunk(ID=bytes(16), SeqNo=4)), Chunk())
+    assert final.final and json.loads(JSON_FRAMING.marshal(final))["Data"] is None
+
+    total = Sum(UUID=u, ID=bytes(range(16)), SeqNo=4, Value=0xAE763109C1192ED6)
+    assert json.loads(JSON_FRAMING.marshal(total))["Value"] == 0xAE763109C1192ED6
+    assert JSON_FRAMING.unmarshal(JSON_FRAMING.marshal(total), Sum()) == total
+    # An ACK is the zero message with a UUID; Go's zero Chunk decodes too.
+    ack = Chunk().new_acknowledgement("j")
+    assert JSON_FRAMING.unmarshal(b'{"UUID":"0000000a-0000-1000-8001-010203040506","ID":[0,0,0,0,0,0,0,0,0,0,0,0,0,'
+                                  b'0,0,0],"SeqNo":0,"Data":null}\n', ack).SeqNo == 0
+    with pytest.raises(Exception, match="ID must be an array of 16"):
+        JSON_FRAMING.unmarshal(b'{"ID":[1,2]}\n', Chunk())
+
+
+def test_out_of_sequence_names_stream_and_numbers() -> None:
+    assert str(OutOfSequence("ab12", 3, 4)) == (
+        "invalid chunk: chunk SeqNo 3 of stream ab12 is out of sequence (expected 4: a duplicate)"
+    )
+    assert str(OutOfSequence("ab12", 6, 4)) == (
+        "invalid chunk: chunk SeqNo 6 of stream ab12 is out of sequence (expected 4: chunks were skipped)"
+    )
+    assert "already finished" in str(OutOfSequence("ab12", 5, 0, finished=True))
+    for value in (0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1):
+        assert to_unsigned(to_signed(value)) == value and -(1 << 63) <= to_signed(value) < 1 << 63
+    cache = SumCache()
+    cache.finish("x")
+    assert cache.streams == {"x": None} and cache.dirty == {"x"}
+    assert sqlite_path(Path("/d"), "a/b c").name == "a%2Fb%20c.db"
+
+
+# -- against etcd, a broker, and SQLite or PostgreSQL ---------------------------------------------
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker.url) as c:
+        yield c
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """The Summer's store settings: SQLite files under tmp_path, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {"sqlite_dir": tmp_path / "sums"}
+    return {"dsn": request.getfixturevalue("postgres_dsn")}
+
+
+async def until(probe: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = WAIT) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = probe()
+        if check(value):
+            return value
+        if loop.time() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last: {value!r}")
+        await asyncio.sleep(0.05)
+
+
+def consumer_spec(suffix: str) -> cpb.ConsumerSpec:
+    spec = cpb.ConsumerSpec(shard_limit=100)
+    spec.process_spec.id.zone, spec.process_spec.id.suffix = "local", suffix
+    spec.process_spec.endpoint = f"http://{suffix}.test:8080"
+    return spec
+
+
+class Monitor:
+    """A keyspace mirror of the application that records every FAILED status it ever sees."""
+
+    def __init__(self, etcd: Any, root: str) -> None:
+        self.keyspace = KeySpace(etcd, root, schema=CONSUMER_SCHEMA, watch_delay=0.01)
+        self.failed: dict[str, list[str]] = {}
+        self.failed_event = asyncio.Event()
+
+    async def start(self) -> Monitor:
+        await self.keyspace.load()
+        self.keyspace.watch()
+        self.keyspace.add_observer(self._observe)
+        self._observe()
+        return self
+
+    def _observe(self) -> None:
+        for a in self.keyspace.all_assignments():
+            if a.value.code == Code.FAILED:
+                self.failed.setdefault(a.item_id, list(a.value.errors))
+                self.failed_event.set()
+
+    def primaries(self) -> dict[str, str]:
+        """Shard -> member suffix, for each shard whose only assignment is a PRIMARY at slot 0."""
+        by_shard: dict[str, list[Any]] = {}
+        for a in self.keyspace.all_assignments():
+            by_shard.setdefault(a.item_id, []).append(a)
+        return {
+            shard: found[0].suffix
+            for shard, found in by_shard.items()
+            if len(found) == 1 and found[0].slot == 0 and found[0].value.code == Code.PRIMARY
+        }
+
+    async def close(self) -> None:
+        await self.keyspace.close()
+
+
+class Deployment:
+    """stream-sum's journals and shards under unique names, and the services that run the Summer."""
+
+    def __init__(self, etcd: Any, root: str, client: JournalClient, summer: Summer, lease_ttl: float) -> None:
+        self.etcd, self.root, self.client, self.summer, self.lease_ttl = etcd, root, client, summer, lease_ttl
+        self.prefix = summer.prefix
+        self.shards = [s.id for s in shard_specs(self.prefix, CHUNK_PARTITIONS)]
+        self.services: dict[str, ConsumerService] = {}
+        self.crashed: list[ConsumerService] = []
+        self.monitor = Monitor(etcd, root)
+        self._serial = 0
+
+    async def create(self) -> None:
+        for spec in journal_specs(self.prefix, CHUNK_PARTITIONS, SUM_PARTITIONS):
+            await create_journal(self.client, spec)
+        for shard in shard_specs(self.prefix, CHUNK_PARTITIONS):
+            await self.etcd.put(item_key(self.root, shard.id).encode(), shard.SerializeToString())
+        await self.monitor.start()
+
+    async def start_service(self, name: str) -> ConsumerService:
+        self._serial += 1
+        svc = ConsumerService(
+            self.etcd, self.root, consumer_spec(f"{name}-{self._serial}"), self.client, self.summer,
+            lease_ttl=self.lease_ttl, watch_delay=0.01, exit_timeout=30.0, handoff_timeout=30.0,
+        )
+        self.services[name] = svc
+        await svc.start()
+        return svc
+
+    async def all_primary(self, services: int) -> dict[str, str]:
+        """Wait until every shard has one PRIMARY, spread over `services` live services."""
+        live = {svc.spec.process_spec.id.suffix for svc in self.services.values()}
+
+        def ok(p: dict[str, str]) -> bool:
+            return sorted(p) == self.shards and set(p.values()) <= live and len(set(p.values())) == services
+
+        return await until(self.monitor.primaries, ok, f"every shard PRIMARY on {services} services")
+
+    async def crash(self, name: str, *, revoke: bool) -> None:
+        """The in-process stand-in for SIGKILL: the service's tasks are cancelled without stop() (no
+        exiting, no hand-off, no status update); its lease is revoked, or left to expire."""
+        svc = self.services.pop(name)
+        self.crashed.append(svc)
+        if svc._remove_observer is not None:
+            svc._remove_observer()
+        keepalive = svc.announcement._keepalive
+        for task in (svc._allocator, keepalive):
+            if task is not None:
+                task.cancel()
+        await svc.keyspace.close()
+        serving = [r._task for r in svc.replicas.values() if r._task is not None]
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
+        if keepalive is not None:
+            await asyncio.gather(keepalive, return_exceptions=True)
+        if revoke:
+            await self.etcd.revoke_lease(svc.announcement.lease_id)
+
+    async def close(self) -> None:
+        for svc in self.services.values():
+            await svc.stop()
+        for svc in self.crashed:
+            if svc._allocator is not None:
+                await asyncio.gather(svc._allocator, return_exceptions=True)
+        await self.monitor.close()
+
+    async def committed_sums(self) -> list[Sum]:
+        """Every committed Sum of the sum partitions (ACKs skipped)."""
+        out = []
+        for journal in sum_journals(self.prefix, SUM_PARTITIONS):
+            async for env in read_committed(self.client, journal, 0, lambda _s: Sum(), block=False):
+                if get_flags(env.uuid) != Flags.ACK_TXN:
+                    out.append(env.message)
+        return out
+
+    def open_streams(self, store: dict[str, Any]) -> int:
+        """Rows of unfinished streams left in the stores."""
+        if "dsn" in store:
+            with psycopg.connect(store["dsn"]) as conn:
+                row = conn.execute("SELECT COUNT(*) FROM stream_sums").fetchone()
+                return int(row[0]) if row else 0
+        n = 0
+        for shard in self.shards:
+            conn = sqlite3.connect(sqlite_path(store["sqlite_dir"], shard), timeout=30.0)
+            try:
+                n += int(conn.execute("SELECT COUNT(*) FROM stream_sums").fetchone()[0])
+            finally:
+                conn.close()
+        return n
+
+
+@pytest.fixture
+async def deployment(
+    etcd_client: Any, etcd_prefix: str, client: JournalClient, store: dict[str, Any]
+) -> AsyncIterator[Deployment]:
+    summer = Summer(prefix=f"test/stream-sum/{uuid.uuid4().hex[:12]}/", **store)
+    d = Deployment(etcd_client, etcd_prefix, client, summer, lease_ttl=3.0)
+    await d.create()
+    try:
+        yield d
+    finally:
+        await d.close()
+
+
+async def run_chunkers(d: Deployment, chunkers: list[Chunker]) -> list[ChunkerStats]:
+    """Run the chunkers to completion; fail at once if a shard FAILS meanwhile."""
+    runs = [asyncio.ensure_future(c.run()) for c in chunkers]
+    failed = asyncio.ensure_future(d.monitor.failed_event.wait())
+    try:
+        await asyncio.wait([failed, asyncio.gather(*runs)], return_when=asyncio.FIRST_COMPLETED)
+        assert not d.monitor.failed, f"a summer shard FAILED: {d.monitor.failed}"
+        return [r.result() for r in runs]
+    finally:
+        failed.cancel()
+        for r in runs:
+            r.cancel()
+        await asyncio.gather(*runs, failed, return_exceptions=True)
+
+
+def chunker(d: Deployment, **kwargs: Any) -> Chunker:
+    kwargs.setdefault("workers", 2)
+    kwargs.setdefault("chunks", 5)
+    kwargs.setdefault("sum_timeout", WAIT)
+    return Chunker(d.client, prefix=d.prefix, **kwargs)
+
+
+async def test_chunkers_and_summers_agree(deployment: Deployment, store: dict[str, Any]) -> None:
+    """2 chunkers, 4 summer shards on 2 services: every stream's sum verifies, once; no shard fails."""
+    d = deployment
+    await d.start_service("one")
+    await d.start_service("two")
+    await d.all_primary(services=2)
+    chunkers = [chunker(d, streams=6), chunker(d, streams=6)]
+    stats = await run_chunkers(d, chunkers)
+
+    assert [(s.streams, s.verified) for s in stats] == [(12, 12), (12, 12)]
+    assert [s.chunks for s in stats] == [12 * 6, 12 * 6]
+    sums = await d.committed_sums()
+    assert len(sums) == 24 and len({s.ID for s in sums}) == 24, "each stream's sum, exactly once"
+    assert all(s.SeqNo == 6 for s in sums)
+    assert d.open_streams(store) == 0, "finished streams' rows are deleted"
+    assert not d.monitor.failed
+    assert sorted(d.monitor.primaries()) == d.shards
+
+
+async def test_summer_fails_a_shard_on_an_out_of_sequence_chunk(deployment: Deployment) -> None:
+    """A duplicated chunk (as an exactly-once violation would deliver) FAILS its shard, naming the
+    stream and the sequence numbers."""
+    d = deployment
+    await d.start_service("one")
+    await d.all_primary(services=1)
+    from broker.client import AppendService
+    from consumer.message import Publisher, modulo_mapping
+    from examples.stream_sum.messages import stream_key
+    from examples.stream_sum.specs import chunk_journals
+
+    stream = bytes(range(16))
+    mapping = modulo_mapping(stream_key, chunk_journals(d.prefix, CHUNK_PARTITIONS))
+    journal, _ = mapping(Chunk(ID=stream))
+    async with AppendService(d.client) as svc:
+        pub = Publisher(svc)
+        for seq in (1, 2, 2):  # Self-committed, each with its own UUID: the Sequencer passes all three.
+            await pub.publish_committed(lambda _m: (journal, "application/x-ndjson"),
+                                        Chunk(ID=stream, SeqNo=seq, Data=b"x"))
+    await asyncio.wait_for(d.monitor.failed_event.wait(), WAIT)
+    ((shard, errors),) = d.monitor.failed.items()
+    assert shard == d.shards[chunk_journals(d.prefix, CHUNK_PARTITIONS).index(journal)]
+    assert errors == [
+        f"runTransactions: app.ConsumeMessage: invalid chunk: chunk SeqNo 2 of stream {stream.hex()} is out of "
+        "sequence (expected 3: a duplicate)"
+    ]
+
+
+async def test_exactly_once_across_restarts_and_crashes(deployment: Deployment, store: dict[str, Any]) -> None:
+    """While 2 chunkers run, the services are stopped and replaced, and crashed (tasks cancelled
+    without stop(); the lease revoked, or left to expire): no shard ever sees a chunk out of
+    sequence, and every stream's sum verifies, exactly once."""
+    d = deployment
+    await d.start_service("one")
+    await d.start_service("two")
+    await d.all_primary(services=2)
+    chunkers = [chunker(d), chunker(d)]
+    runs = asyncio.ensure_future(run_chunkers(d, chunkers))
+
+    def verified() -> int:
+        return sum(c.stats.verified for c in chunkers)
+
+    async def progress(n: int = 4) -> None:
+        """Wait until the chunkers verified `n` more streams (and fail early if they stopped)."""
+        target = verified() + n
+        await until(lambda: (verified(), runs.done()), lambda v: v[0] >= target or v[1], f"{n} more sums")
+        if runs.done():
+            runs.result()  # A ChunkerError or a FAILED shard, raised here.
+            pytest.fail("the chunkers stopped early")
+
+    try:
+        await progress()
+        # 1. A graceful stop (shards handed over), and a fresh service.
+        await d.services["one"].stop()
+        d.services.pop("one")
+        await progress()
+        await d.start_service("one")
+        await d.all_primary(services=2)
+        await progress()
+        # 2. A crash whose lease is revoked at once (as etcd does when the lease's keepalive stops
+        # and... a test cannot wait for it), and a fresh service.
+        await d.crash("two", revoke=True)
+        await d.all_primary(services=1)
+        await progress()
+        await d.start_service("two")
+        await d.all_primary(services=2)
+        await progress()
+        # 3. A crash left to expire (the lease TTL is 3 s) while the other service is replaced.
+        await d.crash("one", revoke=False)
+        await d.all_primary(services=1)
+        await progress()
+        await d.start_service("one")
+        await d.all_primary(services=2)
+        await progress()
+        # 4. Both crash, one after the other; fresh services take over.
+        await d.crash("two", revoke=True)
+        await d.crash("one", revoke=False)
+        await d.start_service("three")
+        await d.start_service("four")
+        await d.all_primary(services=2)
+        await progress()
+    finally:
+        for c in chunkers:
+            c.stop()
+    stats = await runs
+
+    total = sum(s.streams for s in stats)
+    assert [s.verified for s in stats] == [s.streams for s in stats]
+    assert total >= 4 * 8
+    sums = await d.committed_sums()
+    assert len(sums) == total and len({s.ID for s in sums}) == total, "each stream's sum, exactly once"
+    assert not d.monitor.failed, d.monitor.failed
+    assert d.open_streams(store) == 0
+
+
+async def test_chunker_fails_on_a_missing_sum(deployment: Deployment) -> None:
+    """With no summer running, the chunker's first finished stream has no sum: ChunkerError."""
+    c = chunker(deployment, workers=1, streams=1, chunks=1, sum_timeout=1.0)
+    with pytest.raises(ChunkerError, match=r"missing sum: no Sum of stream [0-9a-f]{32} \(expected SeqNo 2"):
+        await c.run()
