@@ -41,7 +41,18 @@ does not churn:
   replication is below the number of members.
 - `Handoff`: a consistent replica becomes primary in place (both assignments re-keyed in one
   transaction): the only way to move a primary when every usable member holds the journal. Off
-  (see IN_PLACE_HANDOFF).
+  for brokers (see IN_PLACE_HANDOFF), on for consumers.
+- Over-replicating briefly, for a schema whose members cannot join as primaries (consumers: a
+  shard's primary must have been its standby, Gazette's hand-off rule) and with in-place hand-off
+  on: an `Add` of a member that does not hold the journal, beyond the replication, meant to take
+  over the primary (even with `hot_standbys` 0). The tallies count the primary as moved at once.
+  The journal then has a surplus, so it counts against `max_moves` (see `_moving`) until it is
+  shed. Later rounds repair it: the member to shed from a journal with a surplus may be its
+  primary's, when handing the primary to a standby, then shedding that member, lowers the
+  objective more than shedding a standby does (`_shed_primary`). The primary waits until that
+  standby is consistent (STANDBY: caught up) and no hand-off is under way, is then handed off in
+  place (`Handoff`), and the demoted old primary is shed by the surplus rule in a later round.
+  Brokers (AddPrimary) never take this path.
 """
 
 from __future__ import annotations
@@ -323,8 +334,11 @@ def plan(
             moving += 1
         states.append(_Journal(name, item, current, replication, consistent))
     unready = _unready_to_shed(states, usable)
+    # A schema whose members cannot join as primaries moves a primary by over-replicating: a
+    # surplus standby first, then an in-place Handoff to it, then the old primary is shed.
+    via_standby = in_place_handoff and not schema.join_as_primary
     for state in states:
-        _converge(state, tally, unready, schema)
+        _converge(state, tally, unready, schema, via_standby)
 
     if max_moves is None:
         max_moves = max(MIN_MOVES, len(journals) // MOVES_DIVISOR)
@@ -361,8 +375,12 @@ def _unready_to_shed(states: list[_Journal], usable: Mapping[MemberId, Member]) 
     return unready
 
 
-def _converge(j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpaceSchema) -> None:
-    """Plan one journal's adds, removes and promotion; update `tally` as it plans."""
+def _converge(
+    j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpaceSchema, via_standby: bool = False
+) -> None:
+    """Plan one journal's adds, removes and promotion; update `tally` as it plans. With
+    `via_standby`, the member to shed from a journal with a surplus may be its primary: it hands
+    the primary off to a consistent standby first (see `_shed_primary`)."""
     usable = tally.usable
     current, replication, consistent = j.current, j.replication, j.consistent
     item = j.item
@@ -415,8 +433,23 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpa
         if _mid(a) not in unready and still_consistent(a) >= replication:
             remove(a)
     pending: Assignment | None = None
+    handed_off = False
     while sum(1 for r in remaining if _mid(r) in usable) > replication:
         a = _best_to_shed(remaining, tally)
+        swap = _shed_primary(remaining, a, tally) if via_standby else None
+        if swap is not None:
+            # The primary's member is the one to shed: its standby takes the primary in place once
+            # consistent (and no hand-off is still under way); the old primary, demoted to a
+            # standby, is shed by a later round. Until then, count the primary as moved already.
+            leader, standby = swap
+            if consistent[standby.key] and not schema.handing_off(current):
+                j.changes.append(Handoff(leader, standby, j.next_slot, item.mod_revision))
+                j.next_slot += 1
+                handed_off = True
+            tally.primaries[_mid(leader)] -= 1
+            tally.primaries[_mid(standby)] += 1
+            pending = leader
+            break
         if still_consistent(a) < replication:
             pending = a
             break
@@ -447,7 +480,7 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpa
         j.members.discard(_mid(pending))
     was_consistent = bool(current) and all(consistent.values())
     primary = next((a for a in remaining if a.slot == 0), None)
-    if not removed and not promoted and primary is not None and replication > 0:
+    if not removed and not promoted and not handed_off and primary is not None and replication > 0:
         j.primary = primary
         if schema.join_as_primary:
             j.upgradable = [
@@ -455,6 +488,7 @@ def _converge(j: _Journal, tally: _Tally, unready: set[MemberId], schema: KeySpa
             ]
         j.complete = (
             was_consistent
+            and not schema.handing_off(current)
             and not j.changes
             and pending is None
             and len(current) == replication
@@ -491,14 +525,44 @@ def _best_to_shed(remaining: Sequence[Assignment], tally: _Tally) -> Assignment:
     )
 
 
+def _shed_primary(
+    remaining: Sequence[Assignment], best: Assignment, tally: _Tally
+) -> tuple[Assignment, Assignment] | None:
+    """The (primary, standby) whose hand-off, then the shedding of the primary's member, lowers
+    the objective more than shedding `best` (the surplus standby `_best_to_shed` picked) does, if
+    any: how a journal completes a move that added a surplus standby to take over its primary.
+    The standby is the one the primary is best moved to, whether or not it is consistent yet."""
+    primary = next((a for a in remaining if a.slot == 0 and _mid(a) in tally.usable), None)
+    if primary is None or best is primary:
+        return None
+    p = _mid(primary)
+    standbys = [a for a in remaining if a.slot != 0 and _mid(a) in tally.usable]
+    if not standbys:
+        return None
+    standby = min(standbys, key=lambda a: (round(tally.primary_move(p, _mid(a)), 9), _mid(a)))
+    moved = tally.primary_move(p, _mid(standby))
+    if moved >= -_EPSILON:
+        return None
+    zones = Counter(a.zone for a in remaining)
+    # As `_best_to_shed`: from the journal's most crowded zone first, then by the objective.
+    crowded, other = zones[primary.zone], zones[best.zone]
+    if crowded < other:
+        return None
+    if crowded == other and moved - tally.shrink_load(p) >= -tally.shrink_load(_mid(best)) - _EPSILON:
+        return None
+    return primary, standby
+
+
 @dataclass
 class _Move:
     """A planned rebalancing move of one journal and its score (lower is better)."""
 
     score: tuple[int, float]
-    kind: str  # "upgrade" (a repair Add becomes an AddPrimary), "add", "add-primary" or "handoff"
+    kind: str
+    """"upgrade" (a repair Add becomes an AddPrimary), "add", "add-primary", "add-standby" (a
+    surplus standby that is to take over the primary, see `_shed_primary`) or "handoff"."""
     target: MemberId
-    source: MemberId | None = None  # Whose assignment the journal sheds later ("add", "add-primary").
+    source: MemberId | None = None  # Whose assignment the journal sheds later ("add", "add-primary", "add-standby").
     replica: Assignment | None = None  # The replica made primary ("handoff").
     upgraded: Add | None = None
 
@@ -571,6 +635,8 @@ def _best_move(
                 consider(_Move((gain, delta), "add", target, source=source))
             if join_as_primary:
                 consider(_Move((gain, delta + tally.primary_move(p, target)), "add-primary", target, source=source))
+            elif in_place_handoff and source == p:
+                consider(_Move((gain, delta + tally.primary_move(p, target)), "add-standby", target, source=source))
     return best
 
 
@@ -676,7 +742,7 @@ def _apply_move(j: _Journal, move: _Move, tally: _Tally) -> None:
         j.next_slot += 1
     else:
         assert move.source is not None
-        if move.kind == "add":
+        if move.kind in ("add", "add-standby"):
             j.changes.append(add_at(j.next_slot))
         else:
             j.changes.append(AddPrimary(add_at(0), primary, j.next_slot))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -271,6 +273,288 @@ def test_a_joining_consumer_never_becomes_primary_cold() -> None:
     assert decode_replica_status(new_primary.value) == status(STANDBY) and new_primary.lease == h.replica.lease
     old_primary = puts[assignment_key(ROOT, h.item_id, h.primary.zone, h.primary.suffix, h.slot)]
     assert decode_replica_status(old_primary.value) == status(PRIMARY)
+
+
+# -- balance without hot standbys: plan() rounds replayed over shards held in memory ---------------
+
+MemberId = tuple[str, str]
+
+
+class Shards:
+    """Consumers and shard assignments in memory. `step()` plans one round and applies it as the
+    etcd transactions would, checking the hand-off rules on every change; `report()` has replicas
+    report their status as the consumer's resolver does (slot 0 PRIMARY, other slots STANDBY)."""
+
+    def __init__(self, shards: dict[str, Item], *ms: Member) -> None:
+        self.shards = shards
+        self.members = consumers(*ms)
+        self.assignments: dict[str, list[Assignment]] = {}
+        self._revision = itertools.count(100)
+        self.moves: Counter[str] = Counter()
+        """Changes applied, by kind."""
+
+    def join(self, m: Member) -> None:
+        self.members[(m.zone, m.suffix)] = m
+
+    def leave(self, zone: str, suffix: str) -> None:
+        """The consumer's lease expires: its key and assignments are gone."""
+        del self.members[(zone, suffix)]
+        for name in list(self.assignments):
+            kept = [a for a in self.assignments[name] if (a.zone, a.suffix) != (zone, suffix)]
+            self.assignments[name] = kept
+            if not kept:
+                del self.assignments[name]
+
+    def exit(self, zone: str, suffix: str) -> None:
+        """The consumer is told to stop: its ConsumerSpec says it is exiting."""
+        old = self.members[(zone, suffix)]
+        self.members[(zone, suffix)] = consumer(zone, suffix, old.spec.shard_limit, exiting=True,
+                                                created=old.create_revision)
+
+    def plan(self, **kwargs: Any) -> list[Change]:
+        return consumer_plan(self.shards, self.members, self.assignments, **kwargs)
+
+    def _assignment(self, shard_id: str, zone: str, suffix: str, slot: int, value: pb.ReplicaStatus,
+                    lease: int) -> Assignment:
+        revision = next(self._revision)
+        key = assignment_key(ROOT, shard_id, zone, suffix, slot)
+        return Assignment(shard_id, zone, suffix, slot, value, key, revision, revision, lease)
+
+    def _rekey(self, a: Assignment, slot: int) -> Assignment:
+        return self._assignment(a.item_id, a.zone, a.suffix, slot, a.value, a.lease)
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        """Apply `changes`, asserting Gazette's hand-off rules: a consumer never becomes primary
+        cold (no AddPrimary; an Add at slot 0 only for a shard with no assignment), a primary moves
+        only to a consistent standby and only while no other replica still reports PRIMARY, a
+        shard never has two primaries, and never loses a consistent primary without a consistent
+        replacement nor falls below its replication of consistent assignments."""
+        before = {name: list(found) for name, found in self.assignments.items()}
+        for c in changes:
+            assert not isinstance(c, AddPrimary), "a consumer joined a shard as its primary, cold"
+            if isinstance(c, Add):
+                found = self.assignments.setdefault(c.item_id, [])
+                assert (c.zone, c.suffix) not in {(a.zone, a.suffix) for a in found}, "added twice"
+                assert c.slot != 0 or not before.get(c.item_id), f"{c.item_id}: a cold primary beside replicas"
+                found.append(self._assignment(c.item_id, c.zone, c.suffix, c.slot, status(IDLE), c.lease))
+            elif isinstance(c, Handoff):
+                old = before[c.item_id]
+                assert not shard_handing_off(old), f"{c.item_id}: a hand-off while another is under way"
+                assert c.replica.value.code in (STANDBY, PRIMARY), f"{c.item_id}: hand-off to a replica not caught up"
+                found = self.assignments[c.item_id]
+                found.remove(c.primary)
+                found.remove(c.replica)
+                found += [self._rekey(c.primary, c.slot), self._rekey(c.replica, 0)]
+            elif isinstance(c, Promote):
+                found = self.assignments[c.assignment.item_id]
+                assert not any(a.value.code == PRIMARY for a in found if a is not c.assignment), (
+                    f"{c.assignment.item_id}: promoted while another replica is still PRIMARY"
+                )
+                found.remove(c.assignment)
+                found.append(self._rekey(c.assignment, 0))
+            else:
+                self.assignments[c.assignment.item_id].remove(c.assignment)
+            self.moves[type(c).__name__] += 1
+        self.assignments = {name: found for name, found in self.assignments.items() if found}
+        for name, old in before.items():
+            if name not in self.shards:
+                continue
+            ok = {(a.zone, a.suffix) for a, c in zip(old, shard_consistency(old), strict=True) if c}
+            now = self.assignments.get(name, [])
+            held = {(a.zone, a.suffix) for a in now}
+            replication = min(CONSUMER_SCHEMA.desired_replication(self.shards[name].spec), len(self.usable()))
+            assert len(ok & held) >= min(replication, len(ok)), f"{name} lost consistent replicas"
+            primary = next(((a.zone, a.suffix) for a in old if a.slot == 0), None)
+            if replication and primary in ok and primary not in held:
+                new = next(((a.zone, a.suffix) for a in now if a.slot == 0), None)
+                assert new in ok, f"{name} lost its consistent primary without a consistent replacement"
+        for name, now in self.assignments.items():
+            assert len({a.slot for a in now}) == len(now), f"{name} has two assignments at one slot"
+            assert sum(1 for a in now if a.slot == 0) <= 1, f"{name} has two primaries"
+        for mid, m in self.usable().items():
+            assert self.loads()[mid] <= m.spec.shard_limit, f"{mid} is over its shard_limit"
+
+    def report(self, *names: str, one: bool = False) -> None:
+        """Replicas of `names` (every shard's by default) report their status: a new or demoted
+        replica STANDBY, the one at slot 0 PRIMARY. With `one`, only the first replica whose status
+        would change does (statuses then arrive one at a time)."""
+        for name in names or sorted(self.assignments):
+            found = self.assignments[name]
+            for a in sorted(found, key=lambda a: a.slot):
+                code = PRIMARY if a.slot == 0 else STANDBY
+                if a.value.code != code:
+                    found[found.index(a)] = replace(a, value=status(code), mod_revision=next(self._revision))
+                    if one:
+                        return
+        for name, found in self.assignments.items():
+            assert sum(1 for a in found if a.value.code == PRIMARY) <= 1 or shard_handing_off(found), name
+
+    def step(self, report: bool = True, **kwargs: Any) -> list[Change]:
+        changes = self.plan(**kwargs)
+        self.apply(changes)
+        if report:
+            self.report()
+        return changes
+
+    def converge(self, rounds: int = 100, **kwargs: Any) -> int:
+        """Replay rounds (each reported) until one plans nothing; return how many made changes."""
+        for n in range(rounds):
+            if not self.step(**kwargs):
+                return n
+        raise AssertionError(f"still changing after {rounds} rounds")
+
+    def usable(self) -> dict[MemberId, Member]:
+        return {mid: m for mid, m in self.members.items() if not m.spec.exiting and m.spec.shard_limit > 0}
+
+    def primaries(self) -> dict[str, int]:
+        """Primaries per consumer suffix, consumers with none included."""
+        counts = Counter(a.suffix for found in self.assignments.values() for a in found if a.slot == 0)
+        return {suffix: counts[suffix] for _, suffix in sorted(self.members)}
+
+    def loads(self) -> Counter[MemberId]:
+        return Counter((a.zone, a.suffix) for found in self.assignments.values() for a in found)
+
+    def replicas(self) -> set[int]:
+        """The numbers of assignments shards have."""
+        return {len(found) for found in self.assignments.values()}
+
+
+def shard_of(change: Change) -> str:
+    return change.item_id if isinstance(change, (Add, AddPrimary, Handoff)) else change.assignment.item_id
+
+
+def shards_of(count: int, hot_standbys: int = 0) -> dict[str, Item]:
+    return {f"s{i:02}": shard(f"s{i:02}", hot_standbys) for i in range(count)}
+
+
+def test_second_consumer_takes_half_the_primaries_through_surplus_standbys() -> None:
+    """hot_standbys 0: a joining consumer is added as a surplus standby of the shards it is to
+    lead; once STANDBY it takes their primaries in place, and the old primaries are shed."""
+    cluster = Shards(shards_of(4), consumer("z1", "a"))
+    cluster.converge()
+    assert cluster.primaries() == {"a": 4}
+    cluster.join(consumer("z2", "b", created=5))
+
+    adds = cluster.step(report=False)
+    assert [type(c) for c in adds] == [Add, Add]
+    assert {(c.suffix, c.slot) for c in of(Add, adds)} == {("b", 1)}
+    moving = {shard_of(c) for c in adds}
+    # Until the standbys catch up, nothing more happens: no hand-off to a replica that is IDLE or
+    # backfilling, no shedding of the standbys, no more moves onto b.
+    assert cluster.plan() == []
+    first = sorted(moving)[0]
+    cluster.report(first, one=True)  # b's standby of `first` is STANDBY, the other not yet.
+    handoffs = cluster.step(report=False)
+    assert [(type(c), shard_of(c)) for c in handoffs] == [(Handoff, first)]
+    [h] = of(Handoff, handoffs)
+    assert (h.primary.suffix, h.replica.suffix, h.slot) == ("a", "b", 2)
+    # Once the other standby is STANDBY too, its shard's primary is handed off, and the demoted
+    # primary of the first shard (now a surplus standby) is shed.
+    cluster.report()
+    changes = cluster.step()
+    assert sorted((type(c).__name__, shard_of(c)) for c in changes) == [
+        ("Handoff", n) for n in sorted(moving - {first})
+    ] + [("Remove", first)]
+    changes = cluster.step()
+    assert [type(c) for c in changes] == [Remove] and {c.assignment.suffix for c in of(Remove, changes)} == {"a"}
+    assert cluster.converge() == 0
+    assert cluster.primaries() == {"a": 2, "b": 2}
+    assert cluster.replicas() == {1}
+    assert cluster.moves == {"Add": 6, "Handoff": 2, "Remove": 2}
+
+
+@pytest.mark.parametrize("hot_standbys", [0, 1])
+def test_three_consumers_twelve_shards(hot_standbys: int) -> None:
+    replicas = hot_standbys + 1
+    # From scratch.
+    cluster = Shards(shards_of(12, hot_standbys), consumer("z1", "a"), consumer("z2", "b"), consumer("z3", "c"))
+    assert cluster.converge() == 1
+    assert cluster.primaries() == {"a": 4, "b": 4, "c": 4}
+    # Joining one after another.
+    cluster = Shards(shards_of(12, hot_standbys), consumer("z1", "a"))
+    cluster.converge()
+    assert cluster.primaries() == {"a": 12}
+    cluster.join(consumer("z2", "b", created=5))
+    cluster.converge()
+    assert cluster.primaries() == {"a": 6, "b": 6}
+    assert cluster.replicas() == {min(replicas, 2)}
+    cluster.join(consumer("z3", "c", created=6))
+    cluster.converge()
+    assert cluster.primaries() == {"a": 4, "b": 4, "c": 4}
+    assert cluster.replicas() == {replicas}
+    assert set(cluster.loads().values()) == {4 * replicas}
+    assert cluster.plan() == [], "a balanced cluster plans nothing"
+
+    # c leaves (its lease expires), then comes back.
+    cluster.leave("z3", "c")
+    cluster.converge()
+    assert cluster.primaries() == {"a": 6, "b": 6}
+    cluster.join(consumer("z3", "c", created=50))
+    cluster.converge()
+    assert cluster.primaries() == {"a": 4, "b": 4, "c": 4}
+    assert cluster.replicas() == {replicas}
+
+
+def test_joins_are_bounded_by_max_moves() -> None:
+    """Each surplus standby counts as a move until its shard is back to one assignment."""
+    cluster = Shards(shards_of(12), consumer("z1", "a"))
+    cluster.converge()
+    cluster.join(consumer("z2", "b", created=5))
+    cluster.join(consumer("z3", "c", created=6))
+    changes = cluster.step(report=False, max_moves=2)
+    assert [type(c) for c in changes] == [Add, Add]
+    assert cluster.plan(max_moves=2) == []
+    cluster.report()
+    rounds = cluster.converge(max_moves=2)
+    assert cluster.primaries() == {"a": 4, "b": 4, "c": 4}
+    assert rounds >= 8 // 2 * 3 - 1  # Add, Handoff, Remove per move, two moves at a time.
+    assert cluster.moves["Add"] == 12 + 8 and cluster.moves["Handoff"] == cluster.moves["Remove"] == 8
+
+
+def test_exiting_consumer_hands_its_primaries_to_consistent_standbys_only() -> None:
+    cluster = Shards(shards_of(12), consumer("z1", "a"), consumer("z2", "b"), consumer("z3", "c"))
+    cluster.converge()
+    cluster.exit("z3", "c")
+    changes = cluster.step(report=False)
+    assert [type(c) for c in changes] == [Add] * 4 and {c.suffix for c in of(Add, changes)} <= {"a", "b"}
+    # The standbys are IDLE: c keeps its primaries.
+    assert cluster.plan() == []
+    cluster.report()
+    changes = cluster.step()
+    assert sorted(type(c).__name__ for c in changes) == ["Promote"] * 4 + ["Remove"] * 4
+    assert {c.assignment.suffix for c in of(Remove, changes)} == {"c"}
+    assert all(c.assignment.value == status(STANDBY) for c in of(Promote, changes))
+    assert cluster.converge() == 0
+    assert cluster.primaries() == {"a": 6, "b": 6, "c": 0}
+    assert cluster.replicas() == {1}
+
+
+def test_never_two_primaries_while_statuses_arrive_one_at_a_time() -> None:
+    """Consumers join, leave and rejoin while replicas report one status at a time: every plan keeps
+    the hand-off rules (Shards.apply checks them) and the cluster ends balanced."""
+    shards = shards_of(10) | {f"t{i}": shard(f"t{i}", hot_standbys=1) for i in range(5)}
+    cluster = Shards(shards, consumer("z1", "a"))
+    cluster.converge()
+    events = [
+        lambda: cluster.join(consumer("z2", "b", created=5)),
+        lambda: cluster.join(consumer("z3", "c", created=6)),
+        lambda: cluster.leave("z2", "b"),
+        lambda: cluster.join(consumer("z2", "b", created=70)),
+    ]
+    for event in events:
+        event()
+        for _ in range(500):
+            changes = cluster.step(report=False)
+            unreported = [n for n, found in cluster.assignments.items()
+                          if any(a.value.code != (PRIMARY if a.slot == 0 else STANDBY) for a in found)]
+            if not changes and not unreported:
+                break
+            if unreported:
+                cluster.report(unreported[0], one=True)
+        else:
+            raise AssertionError("did not converge")
+    assert cluster.primaries() == {"a": 5, "b": 5, "c": 5}
+    assert sorted(cluster.loads().values()) == [20 // 3, 20 // 3 + 1, 20 // 3 + 1]
 
 
 # -- against etcd -------------------------------------------------------------------------------
