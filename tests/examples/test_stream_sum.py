@@ -12,7 +12,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -40,9 +44,17 @@ from examples.stream_sum import (
     shard_specs,
 )
 from examples.stream_sum.specs import sum_journals
-from examples.stream_sum.summer import SumCache, sqlite_path, to_signed, to_unsigned
+from examples.stream_sum.summer import (
+    ENV_DSN,
+    ENV_PREFIX,
+    ENV_SQLITE_DIR,
+    SumCache,
+    sqlite_path,
+    to_signed,
+    to_unsigned,
+)
 from tests.broker.client.helpers import create_journal
-from tests.harness import BrokerProcess
+from tests.harness import ROOT, BrokerProcess, free_port
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")
@@ -204,14 +216,16 @@ class Deployment:
         await svc.start()
         return svc
 
-    async def all_primary(self, services: int) -> dict[str, str]:
-        """Wait until every shard has one PRIMARY, spread over `services` live services."""
-        live = {svc.spec.process_spec.id.suffix for svc in self.services.values()}
+    async def all_primary(self, members: set[str] | None = None) -> dict[str, str]:
+        """Wait until every shard has one PRIMARY, and the primaries are exactly on `members`
+        (default: the live in-process services)."""
+        if members is None:
+            members = {svc.spec.process_spec.id.suffix for svc in self.services.values()}
 
         def ok(p: dict[str, str]) -> bool:
-            return sorted(p) == self.shards and set(p.values()) <= live and len(set(p.values())) == services
+            return sorted(p) == self.shards and set(p.values()) == members
 
-        return await until(self.monitor.primaries, ok, f"every shard PRIMARY on {services} services")
+        return await until(self.monitor.primaries, ok, f"every shard PRIMARY on {sorted(members)}")
 
     async def crash(self, name: str, *, revoke: bool) -> None:
         """The in-process stand-in for SIGKILL: the service's tasks are cancelled without stop() (no
@@ -250,6 +264,21 @@ class Deployment:
                 if get_flags(env.uuid) != Flags.ACK_TXN:
                     out.append(env.message)
         return out
+
+    def fences(self, store: dict[str, Any]) -> dict[str, int]:
+        """Each shard's checkpoint fence: how many times a primary restored it."""
+        if "dsn" in store:
+            with psycopg.connect(store["dsn"]) as conn:
+                rows = conn.execute("SELECT shard_fqn, fence FROM gazette_checkpoints").fetchall()
+        else:
+            rows = []
+            for shard in self.shards:
+                conn = sqlite3.connect(sqlite_path(store["sqlite_dir"], shard), timeout=30.0)
+                try:
+                    rows += conn.execute("SELECT shard_fqn, fence FROM gazette_checkpoints").fetchall()
+                finally:
+                    conn.close()
+        return {fqn.rsplit("/", 1)[-1]: int(fence) for fqn, fence in rows}
 
     def open_streams(self, store: dict[str, Any]) -> int:
         """Rows of unfinished streams left in the stores."""
@@ -307,7 +336,7 @@ async def test_chunkers_and_summers_agree(deployment: Deployment, store: dict[st
     d = deployment
     await d.start_service("one")
     await d.start_service("two")
-    await d.all_primary(services=2)
+    await d.all_primary()
     chunkers = [chunker(d, streams=6), chunker(d, streams=6)]
     stats = await run_chunkers(d, chunkers)
 
@@ -326,7 +355,7 @@ async def test_summer_fails_a_shard_on_an_out_of_sequence_chunk(deployment: Depl
     stream and the sequence numbers."""
     d = deployment
     await d.start_service("one")
-    await d.all_primary(services=1)
+    await d.all_primary()
     from broker.client import AppendService
     from consumer.message import Publisher, modulo_mapping
     from examples.stream_sum.messages import stream_key
@@ -356,7 +385,7 @@ async def test_exactly_once_across_restarts_and_crashes(deployment: Deployment, 
     d = deployment
     await d.start_service("one")
     await d.start_service("two")
-    await d.all_primary(services=2)
+    await d.all_primary()
     chunkers = [chunker(d), chunker(d)]
     runs = asyncio.ensure_future(run_chunkers(d, chunkers))
 
@@ -378,29 +407,29 @@ async def test_exactly_once_across_restarts_and_crashes(deployment: Deployment, 
         d.services.pop("one")
         await progress()
         await d.start_service("one")
-        await d.all_primary(services=2)
+        await d.all_primary()
         await progress()
         # 2. A crash whose lease is revoked at once (as etcd does when the lease's keepalive stops
         # and... a test cannot wait for it), and a fresh service.
         await d.crash("two", revoke=True)
-        await d.all_primary(services=1)
+        await d.all_primary()
         await progress()
         await d.start_service("two")
-        await d.all_primary(services=2)
+        await d.all_primary()
         await progress()
         # 3. A crash left to expire (the lease TTL is 3 s) while the other service is replaced.
         await d.crash("one", revoke=False)
-        await d.all_primary(services=1)
+        await d.all_primary()
         await progress()
         await d.start_service("one")
-        await d.all_primary(services=2)
+        await d.all_primary()
         await progress()
         # 4. Both crash, one after the other; fresh services take over.
         await d.crash("two", revoke=True)
         await d.crash("one", revoke=False)
         await d.start_service("three")
         await d.start_service("four")
-        await d.all_primary(services=2)
+        await d.all_primary()
         await progress()
     finally:
         for c in chunkers:
@@ -414,6 +443,9 @@ async def test_exactly_once_across_restarts_and_crashes(deployment: Deployment, 
     assert len(sums) == total and len({s.ID for s in sums}) == total, "each stream's sum, exactly once"
     assert not d.monitor.failed, d.monitor.failed
     assert d.open_streams(store) == 0
+    # Every shard changed primaries at least twice (step 2 moved all of them, step 4 all again).
+    fences = d.fences(store)
+    assert sorted(fences) == d.shards and min(fences.values()) >= 3, fences
 
 
 async def test_chunker_fails_on_a_missing_sum(deployment: Deployment) -> None:
@@ -421,3 +453,115 @@ async def test_chunker_fails_on_a_missing_sum(deployment: Deployment) -> None:
     c = chunker(deployment, workers=1, streams=1, chunks=1, sum_timeout=1.0)
     with pytest.raises(ChunkerError, match=r"missing sum: no Sum of stream [0-9a-f]{32} \(expected SeqNo 2"):
         await c.run()
+
+
+# -- under `gazette consume` processes, killed with SIGKILL ---------------------------------------
+
+
+class SummerProcess:
+    """`python -m consumer consume examples.stream_sum:summer` (what the `gazette` script runs), with
+    a 3 s lease, its store and journal prefix given by the environment."""
+
+    def __init__(self, d: Deployment, store: dict[str, Any], etcd: str, broker: BrokerProcess, name: str,
+                 tmp: Path) -> None:
+        self.name = name
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_", "STREAM_SUM_"))}
+        env["PYTHONPATH"] = str(ROOT)
+        env[ENV_PREFIX] = d.prefix
+        if "dsn" in store:
+            env[ENV_DSN] = store["dsn"]
+        else:
+            env[ENV_SQLITE_DIR] = str(store["sqlite_dir"])
+        args = [
+            sys.executable, "-m", "consumer", "consume", "examples.stream_sum:summer",
+            "--consumer.id", name, "--consumer.port", str(free_port()), "--consumer.host", "127.0.0.1",
+            "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
+            "--etcd.prefix", d.root, "--etcd.lease", "3", "--consumer.watch-delay", "0.01",
+        ]
+        self.log_path = tmp / f"summer-{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def signal(self, sig: int) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return await asyncio.to_thread(self.proc.wait, WAIT)
+
+
+async def test_exactly_once_across_sigkilled_consume_processes(
+    deployment: Deployment, store: dict[str, Any], etcd_endpoint: str, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    """The crash test as Gazette runs it, on one machine: summers are `gazette consume` processes
+    that are SIGKILLed (their leases expire) and SIGTERMed while 2 chunkers run; no shard ever
+    FAILS, and every stream's sum verifies, exactly once."""
+    d = deployment
+    procs: dict[str, SummerProcess] = {}
+
+    def start(name: str) -> None:
+        procs[name] = SummerProcess(d, store, etcd_endpoint, broker, name, tmp_path)
+
+    async def stop(name: str, sig: int) -> int:
+        return await procs.pop(name).signal(sig)
+
+    chunkers = [chunker(d), chunker(d)]
+    runs: asyncio.Future[list[ChunkerStats]] | None = None
+
+    def verified() -> int:
+        return sum(c.stats.verified for c in chunkers)
+
+    async def progress(n: int = 4) -> None:
+        assert runs is not None
+        target = verified() + n
+        await until(lambda: (verified(), runs.done()), lambda v: v[0] >= target or v[1], f"{n} more sums")
+        if runs.done():
+            runs.result()
+            pytest.fail("the chunkers stopped early")
+
+    try:
+        start("summer-a")
+        start("summer-b")
+        await d.all_primary({"summer-a", "summer-b"})
+        runs = asyncio.ensure_future(run_chunkers(d, chunkers))
+        await progress()
+        assert await stop("summer-a", signal.SIGKILL) == -signal.SIGKILL
+        await d.all_primary({"summer-b"})  # Once summer-a's lease expired.
+        await progress()
+        start("summer-c")
+        await d.all_primary({"summer-b", "summer-c"})
+        await progress()
+        assert await stop("summer-b", signal.SIGTERM) == 0  # A graceful exit hands its shards over.
+        await d.all_primary({"summer-c"})
+        await progress()
+        start("summer-d")
+        await d.all_primary({"summer-c", "summer-d"})
+        await progress()
+        assert await stop("summer-c", signal.SIGKILL) == -signal.SIGKILL
+        assert await stop("summer-d", signal.SIGKILL) == -signal.SIGKILL
+        start("summer-e")
+        start("summer-f")
+        await d.all_primary({"summer-e", "summer-f"})
+        await progress()
+    except BaseException:
+        for p in procs.values():
+            print(f"--- {p.name} ---\n{p.logs()[-4000:]}")
+        raise
+    finally:
+        for c in chunkers:
+            c.stop()
+        stats = await runs if runs is not None else []
+        codes = {name: await stop(name, signal.SIGTERM) for name in list(procs)}
+    assert codes == {"summer-e": 0, "summer-f": 0}
+
+    total = sum(s.streams for s in stats)
+    assert [s.verified for s in stats] == [s.streams for s in stats]
+    assert total >= 6 * 4
+    sums = await d.committed_sums()
+    assert len(sums) == total and len({s.ID for s in sums}) == total, "each stream's sum, exactly once"
+    assert not d.monitor.failed, d.monitor.failed
+    assert d.open_streams(store) == 0
+    fences = d.fences(store)
+    assert sorted(fences) == d.shards and min(fences.values()) >= 3, fences
