@@ -28,12 +28,14 @@ from broker.keyspace.allocator import (
     run_allocator,
 )
 from broker.keyspace.announce import Announcement
+from broker.keyspace.errors import KeySpaceClosedError
 from broker.keyspace.keyspace import (
     Assignment,
     Item,
     KeySpace,
     Member,
     assignment_key,
+    compare_mod,
     item_key,
     member_key,
     put_op,
@@ -629,4 +631,65 @@ async def test_keyspace_mirrors_shards_consumers_and_statuses(etcd_client: Any, 
                 await asyncio.wait_for(allocator, 5)
         await ks.close()
         for ann in anns:
+            await ann.release()
+
+
+async def test_joining_consumer_takes_primaries_without_hot_standbys(etcd_client: Any, etcd_prefix: str) -> None:
+    """Against etcd, with hot_standbys 0: a consumer that joins later is added as a surplus standby,
+    takes over primaries by in-place hand-offs once it reports STANDBY, and the old assignments go;
+    replicas report their statuses here as the consumer's resolver does."""
+    root = etcd_prefix
+    first = Announcement(etcd_client, root, consumer_spec("z1", "cons-a"), schema=CONSUMER_SCHEMA, ttl=10)
+    second = Announcement(etcd_client, root, consumer_spec("z2", "cons-b"), schema=CONSUMER_SCHEMA, ttl=10)
+    await first.announce()
+    ks = KeySpace(etcd_client, root, schema=CONSUMER_SCHEMA, watch_delay=0.01)
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    shards = [f"shard-{i}" for i in range(4)]
+    doubled: list[dict[str, list[tuple[str, int, int]]]] = []
+
+    async def report() -> None:
+        """Slot 0 reports PRIMARY, other slots STANDBY, each guarded by its ModRevision."""
+        while not stop.is_set():
+            generation = ks.generation
+            found = layout()
+            if any(sum(1 for _, slot, _ in v if slot == 0) > 1 for v in found.values()):
+                doubled.append(found)
+            for s in shards:
+                for a in ks.assignments(s):
+                    code = PRIMARY if a.slot == 0 else STANDBY
+                    if a.value.code != code:
+                        put = put_op(a.key, status(code).SerializeToString(), ignore_lease=True)
+                        await txn(etcd_client, [compare_mod(a.key, a.mod_revision)], [put])
+            await ks.wait_for_change(generation)
+
+    def layout() -> dict[str, list[tuple[str, int, int]]]:
+        return {s: sorted((a.suffix, a.slot, int(a.value.code)) for a in ks.assignments(s)) for s in shards}
+
+    def balanced() -> bool:
+        found = layout()
+        if any(len(v) != 1 or v[0][1:] != (0, PRIMARY) for v in found.values()):
+            return False
+        return Counter(v[0][0] for v in found.values()) == Counter({"cons-a": 2, "cons-b": 2})
+
+    try:
+        await ks.load()
+        ks.watch()
+        for s in shards:
+            await etcd_client.put(item_key(root, s).encode(), shard_spec(s).SerializeToString())
+        tasks.append(asyncio.create_task(run_allocator(etcd_client, ks, first.key, 9, stop)))
+        tasks.append(asyncio.create_task(report()))
+        await _until(lambda: all(v == [("cons-a", 0, PRIMARY)] for v in layout().values()), ks)
+
+        await second.announce()
+        await _until(balanced, ks, timeout=20.0)
+        assert not doubled, "a shard had two primaries"
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KeySpaceClosedError):
+                await asyncio.wait_for(task, 5)
+        await ks.close()
+        for ann in (first, second):
             await ann.release()
