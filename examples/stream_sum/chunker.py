@@ -23,14 +23,13 @@ they finish and verify the streams they have open, then `run()` returns its `Chu
 
 Run one from the command line (see `main`)::
 
-    python -m examples.stream_sum.chunker --broker.address http://localhost:8080 --streams 100
+    python -m examples.stream_sum chunk --broker.address http://localhost:8080 --streams 100
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -244,9 +243,9 @@ async def _all(appends: list[AsyncAppend]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m examples.stream_sum.chunker`: run a chunker until its streams are verified (or
+    """`python -m examples.stream_sum chunk`: run a chunker until its streams are verified (or
     Ctrl-C, which finishes the open streams); exit 1 on a failed verification."""
-    parser = argparse.ArgumentParser(prog="python -m examples.stream_sum.chunker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m examples.stream_sum chunk", description=__doc__.split("\n")[0])
     parser.add_argument("--broker.address", dest="broker", default=os.environ.get("BROKER_ADDRESS",
                                                                                  "http://localhost:8080"))
     parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="journal name prefix (default %(default)s)")
@@ -278,11 +277,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(f"streams={stats.streams} verified={stats.verified} chunks={stats.chunks} sums_read={stats.sums_read}")
     return 0
-
-
-if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError):
-        sys.exit(main())
 
 
 __all__ = ["Chunker", "ChunkerError", "ChunkerStats", "main"]

@@ -10,11 +10,23 @@ Journals, under a name prefix (default `examples/stream-sum/`):
 
 All are labelled `content-type: application/x-ndjson` and `app.gazette.dev/message-type`.
 Shards: one summer shard per chunk partition, `<shard prefix>part-000` … reading that partition.
+
+`apply()` (and `python -m examples.stream_sum apply`) creates or overwrites them: the journals
+through a broker, the shard specs in the consumer's etcd keyspace::
+
+    python -m examples.stream_sum apply --broker.address http://localhost:8080 \
+        --etcd.address http://localhost:2379 --stores file:///
+
+The keyspace root defaults to `gazette consume examples.stream_sum:summer`'s default
+`--etcd.prefix`, `/gazette/consumers/examples.stream_sum.summer.Summer`.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import argparse
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -25,6 +37,8 @@ from consumer.protocol import pb as cpb
 from examples.stream_sum.messages import CHUNK_MESSAGE_TYPE, SUM_MESSAGE_TYPE
 
 DEFAULT_PREFIX: Final = "examples/stream-sum/"
+DEFAULT_ETCD_PREFIX: Final = "/gazette/consumers/examples.stream_sum.summer.Summer"
+"""`gazette consume examples.stream_sum:summer`'s default keyspace root."""
 DEFAULT_SHARD_PREFIX: Final = "stream-sum-summer-"
 CHUNKS_DIR: Final = "chunks/"
 SUMS_DIR: Final = "sums/"
@@ -85,13 +99,83 @@ def shard_specs(
     return out
 
 
+async def apply(
+    client: Any,
+    etcd: Any,
+    etcd_prefix: str = DEFAULT_ETCD_PREFIX,
+    prefix: str = DEFAULT_PREFIX,
+    *,
+    chunk_partitions: int = 4,
+    sum_partitions: int = 2,
+    replication: int = 1,
+    stores: Sequence[str] = (),
+    shard_prefix: str = DEFAULT_SHARD_PREFIX,
+) -> tuple[list[pb.JournalSpec], list[cpb.ShardSpec]]:
+    """Create (or overwrite) the journals through `client` (a JournalClient) and put the shard
+    specs into the keyspace at `etcd_prefix` with `etcd` (an aetcd client); returns both."""
+    from broker.client import apply_journals, upsert
+    from broker.keyspace import item_key
+
+    journals = journal_specs(prefix, chunk_partitions, sum_partitions, replication)
+    for spec in journals:
+        spec.fragment.stores[:] = list(stores)
+    await apply_journals(client, [upsert(spec, -1) for spec in journals])
+    shards = shard_specs(prefix, chunk_partitions, shard_prefix)
+    for shard in shards:
+        await etcd.put(item_key(etcd_prefix.rstrip("/"), shard.id).encode(), shard.SerializeToString())
+    return journals, shards
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m examples.stream_sum apply`: apply the journals and shards (see the module's doc)."""
+    parser = argparse.ArgumentParser(prog="python -m examples.stream_sum apply",
+                                     description="Create stream-sum's journals and summer shards.")
+    parser.add_argument("--broker.address", dest="broker", default="http://localhost:8080")
+    parser.add_argument("--etcd.address", dest="etcd", default="http://localhost:2379")
+    parser.add_argument("--etcd.prefix", dest="etcd_prefix", default=DEFAULT_ETCD_PREFIX)
+    parser.add_argument("--prefix", default=DEFAULT_PREFIX, help="journal name prefix (default %(default)s)")
+    parser.add_argument("--chunk-partitions", type=int, default=4)
+    parser.add_argument("--sum-partitions", type=int, default=2)
+    parser.add_argument("--replication", type=int, default=1)
+    parser.add_argument("--stores", nargs="*", default=[], help="fragment stores, e.g. file:///")
+    args = parser.parse_args(argv)
+
+    async def run() -> None:
+        import aetcd
+
+        from broker.client import JournalClient
+        from broker.keyspace.etcd import parse_address
+
+        host, port = parse_address(args.etcd)
+        etcd = aetcd.Client(host=host, port=port)
+        await etcd.connect()
+        try:
+            async with JournalClient(args.broker) as client:
+                journals, shards = await apply(
+                    client, etcd, args.etcd_prefix, args.prefix, chunk_partitions=args.chunk_partitions,
+                    sum_partitions=args.sum_partitions, replication=args.replication, stores=args.stores,
+                )
+        finally:
+            await etcd.close()
+        for j in journals:
+            print(f"journal {j.name}")
+        for s in shards:
+            print(f"shard {s.id} <- {s.sources[0].journal}")
+
+    asyncio.run(run())
+    return 0
+
+
 __all__ = [
     "CHUNKS_DIR",
+    "DEFAULT_ETCD_PREFIX",
     "DEFAULT_PREFIX",
     "DEFAULT_SHARD_PREFIX",
     "SUMS_DIR",
+    "apply",
     "chunk_journals",
     "journal_specs",
+    "main",
     "partition_name",
     "partitions_selector",
     "shard_specs",

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from broker.client import JournalClient
-from broker.keyspace import KeySpace, item_key
+from broker.keyspace import KeySpace
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.message import JSON_FRAMING, Flags, build_uuid, get_flags, read_committed
 from consumer.protocol import pb as cpb
@@ -43,7 +43,7 @@ from examples.stream_sum import (
     journal_specs,
     shard_specs,
 )
-from examples.stream_sum.specs import sum_journals
+from examples.stream_sum.specs import apply, sum_journals
 from examples.stream_sum.summer import (
     ENV_DSN,
     ENV_PREFIX,
@@ -53,7 +53,7 @@ from examples.stream_sum.summer import (
     to_signed,
     to_unsigned,
 )
-from tests.broker.client.helpers import create_journal
+from tests.broker.client.helpers import wait_for_primary
 from tests.harness import ROOT, BrokerProcess, free_port
 
 Code = cpb.ReplicaStatus.Code
@@ -200,10 +200,12 @@ class Deployment:
         self._serial = 0
 
     async def create(self) -> None:
-        for spec in journal_specs(self.prefix, CHUNK_PARTITIONS, SUM_PARTITIONS):
-            await create_journal(self.client, spec)
-        for shard in shard_specs(self.prefix, CHUNK_PARTITIONS):
-            await self.etcd.put(item_key(self.root, shard.id).encode(), shard.SerializeToString())
+        journals, shards = await apply(self.client, self.etcd, self.root, self.prefix,
+                                       chunk_partitions=CHUNK_PARTITIONS, sum_partitions=SUM_PARTITIONS)
+        assert [j.name for j in journals] == [j.name for j in journal_specs(self.prefix, 4, 2)]
+        assert [s.id for s in shards] == self.shards
+        for spec in journals:
+            await wait_for_primary(self.client, spec.name)
         await self.monitor.start()
 
     async def start_service(self, name: str) -> ConsumerService:
@@ -565,3 +567,42 @@ async def test_exactly_once_across_sigkilled_consume_processes(
     assert d.open_streams(store) == 0
     fences = d.fences(store)
     assert sorted(fences) == d.shards and min(fences.values()) >= 3, fences
+
+
+async def test_command_line_apply_and_chunk(
+    etcd_client: Any, etcd_prefix: str, etcd_endpoint: str, client: JournalClient, broker: BrokerProcess,
+    tmp_path: Path,
+) -> None:
+    """`python -m examples.stream_sum apply` creates the journals and shards; `... chunk` publishes
+    and verifies streams (against an in-process summer service), printing its counts."""
+    prefix = f"test/stream-sum-cli/{uuid.uuid4().hex[:12]}/"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    async def run(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "examples.stream_sum", *args, cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), WAIT)
+        return await proc.wait(), out.decode()
+
+    code, out = await run("apply", "--broker.address", broker.url, "--etcd.address", etcd_endpoint,
+                          "--etcd.prefix", etcd_prefix, "--prefix", prefix)
+    assert code == 0, out
+    assert out.splitlines() == [
+        *(f"journal {prefix}chunks/part-{i:03d}" for i in range(4)),
+        *(f"journal {prefix}sums/part-{i:03d}" for i in range(2)),
+        *(f"shard stream-sum-summer-part-{i:03d} <- {prefix}chunks/part-{i:03d}" for i in range(4)),
+    ]
+    d = Deployment(etcd_client, etcd_prefix, client, Summer(prefix=prefix, sqlite_dir=tmp_path / "sums"), 3.0)
+    await d.monitor.start()
+    try:
+        await d.start_service("one")
+        await d.all_primary()
+        code, out = await run("chunk", "--broker.address", broker.url, "--prefix", prefix, "--workers", "2",
+                              "--streams", "3", "--chunks", "4")
+        assert code == 0, out
+        assert out.splitlines()[-1] == "streams=6 verified=6 chunks=30 sums_read=6"
+        assert not d.monitor.failed
+    finally:
+        await d.close()
