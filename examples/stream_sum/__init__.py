@@ -11,6 +11,17 @@
 
 Both sides turn an exactly-once violation into a failure a test (or a chaos harness) detects:
 a FAILED shard, or a chunker error.
+
+Running it by hand (a broker at :8080 with its embedded etcd at :2379)::
+
+    python -m examples.stream_sum apply --stores file:///       # journals, and shards in etcd
+    STREAM_SUM_SQLITE_DIR=/tmp/sums gazette consume examples.stream_sum:summer --etcd.lease 5
+    STREAM_SUM_SQLITE_DIR=/tmp/sums gazette consume examples.stream_sum:summer --etcd.lease 5
+    python -m examples.stream_sum chunk --streams -1              # until Ctrl-C; exit 1 on a bad sum
+
+then `kill -9` and restart consumers at will: a FAILED shard (`gazctl`/etcd) or a chunker exit
+status 1 is an exactly-once violation. With `STREAM_SUM_POSTGRES_DSN` set, every summer shares
+one PostgreSQL database instead of per-shard SQLite files (which must then be on one machine).
 """
 
 from examples.stream_sum import crc64
