@@ -47,6 +47,7 @@ class Resolver:
         self._new_replica = new_replica
         self.replicas: dict[str, Replica] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._closing_pipelines: set[str] = set()  # Journals whose stale pipeline is being closed.
         self.stopped = False
 
     def header(self, route: pb.Route | None = None, process_id: pb.ProcessSpec.ID | None = None) -> pb.Header:
@@ -73,13 +74,21 @@ class Resolver:
                     log.info("journal assigned", extra={"journal": name})
                 else:
                     replica.update_spec(item.spec)
-                    if replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route):
-                        self._background(replica.close_stale_pipeline(route))
+                    stale = replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route)
+                    if stale and name not in self._closing_pipelines:
+                        self._closing_pipelines.add(name)
+                        self._background(self._close_stale_pipeline(name, replica))
         for name in list(self.replicas):
             if name not in assigned:
                 replica = self.replicas.pop(name)
                 log.info("journal unassigned", extra={"journal": name})
                 self._background(replica.retire())
+
+    async def _close_stale_pipeline(self, name: str, replica: Replica) -> None:
+        try:
+            await replica.close_stale_pipeline(self.keyspace.route(name))
+        finally:
+            self._closing_pipelines.discard(name)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` (a replica's retirement or pipeline change) as a task `settle()` waits for."""
