@@ -7,7 +7,7 @@
   examples.stream_sum:summer`) folds each stream's chunks into a running CRC-64 in a SQLStore
   and publishes the final `Sum`; a chunk out of sequence fails its shard.
 - `specs` builds the journals (`<prefix>chunks/part-NNN`, `<prefix>sums/part-NNN`) and one
-  summer shard per chunk partition; `journals.yaml` is the same journalspace for gazctl.
+  summer shard per chunk partition (`python -m examples.stream_sum apply` applies both).
 
 Both sides turn an exactly-once violation into a failure a test (or a chaos harness) detects:
 a FAILED shard, or a chunker error.
