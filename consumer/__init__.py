@@ -1,6 +1,4 @@
-"""Gazette's consumer framework, in Python.
-
-Built so far (the runtime that runs shards, `gazette consume` and the Shard API are not yet):
+"""Gazette's consumer framework, in Python (see docs/consumers.md).
 
 - `message`: the message layer: UUIDs and clocks, framings, mappings, the Publisher, readers
   and the read-committed Sequencer.
@@ -11,5 +9,10 @@ Built so far (the runtime that runs shards, `gazette consume` and the Shard API 
 - `application`, `shard`, `store`: the protocols an application, a shard and a store implement.
 - `transaction`: the transaction state machine (sizing, pipelining, the commit barrier chain,
   ACKs); `checkpoint`: building and flattening checkpoints.
+- `replica` (one shard's lifecycle), `service` (`ConsumerService`: announce, mirror, allocator,
+  replicas), `resolver` (a shard's primary, local or remote), `api` (the Shard gRPC API).
+- `process`, `cli`: `gazette consume MODULE:ATTR` (and the `gazette` command, with `serve`).
 - `stores`: `SQLStore`, fenced checkpoints over DB-API connections (PostgreSQL, SQLite).
+
+Not yet: recovery logs, local stores and hot standbys that play them.
 """
