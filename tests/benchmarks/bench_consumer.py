@@ -1,0 +1,525 @@
+"""Benchmark of the consumer framework: one `gazette consume` process running one shard.
+
+Starts its own etcd, one `gazette serve` broker and ONE `gazette consume
+tests.benchmarks.consumer_app:app` process (a real process). The shard's sources are 4 journals
+of 256-byte JSON messages (application/x-ndjson, each with a message UUID and a Key); the
+application counts messages by key into its SQLStore (SQLite, or a PostgreSQL started by
+tests/postgres.py) and publishes one derived message per 100 inputs to an output journal.
+
+1. Throughput: `--messages` messages are pre-loaded into the 4 journals with publish_committed
+   through an AppendService; the raw baseline then reads them (below); then the shard is applied
+   (Shard Apply) and timed until Stat's read_through covers every journal's head: messages/s
+   consumed exactly-once, from the Apply (shard assignment and store recovery included) and from
+   its first commit on. Transactions/s and messages per transaction come from the consumer's
+   /debug/metrics (gazette_shard_transactions_total, gazette_shard_read_messages_total). The
+   store's total count and the derived messages read-committed from the output journal are checked
+   against what was published (exactly once: none lost, none counted twice).
+2. Latency: `--rate` messages/s (default 1,000) published for `--seconds` seconds, each stamped
+   with its publish time; a derived message carries the stamp of the input that triggered it, and
+   its latency is from that publish to its being read by a read-committed reader of the output
+   journal (in this process, one clock). The first `--warmup` seconds' samples are dropped.
+3. Raw baseline, in the same run: the client library's RetryReader plus the message layer's
+   EnvelopeDecoder reading the same 4 journals concurrently in one asyncio process, no framework
+   (no Sequencer, application, store or transactions); best of `--raw-rounds`. Ratio = framework
+   (from Apply) / raw.
+
+Goals: >= 100,000 messages/s, >= 0.5 of raw, p99 <= 50 ms at 1,000 messages/s; a figure that
+misses its goal prints MISS. The report goes to stdout, progress to stderr.
+
+    python -m tests.benchmarks.bench_consumer [--seconds 30] [--store sqlite|postgres|both]
+        [--messages 200000] [--keys 1000] [--rate 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from broker.client import AppendService, AsyncAppend, JournalClient, OffsetNotYetAvailable, RetryReader
+from broker.protocol import pb
+from consumer.message import JSON_FRAMING, EnvelopeDecoder, Flags, Publisher, get_flags, read_committed
+from consumer.protocol import pb as cpb
+from consumer.protocol import pb_grpc as cpb_grpc
+from tests.benchmarks.bench_broker import bench_spec
+from tests.benchmarks.consumer_app import (
+    DERIVED_ENV,
+    EVERY_ENV,
+    NDJSON,
+    STORE_ENV,
+    Derived,
+    Event,
+    create_postgres_tables,
+    create_sqlite_tables,
+    read_total,
+)
+from tests.benchmarks.stack import etcd_and_broker, log
+from tests.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary
+
+APP = "tests.benchmarks.consumer_app:app"
+MESSAGE_SIZE = 256
+JOURNALS = 4
+EVERY = 100
+SHARD = "bench-shard"
+PREFIX = "/bench-consumer"
+GOAL_RATE = 100_000.0
+GOAL_RATIO = 0.5
+GOAL_P99_MS = 50.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def pad_for(key_width: int) -> str:
+    """The Pad that makes an Event with a `key_width`-character Key and a 19-digit T exactly MESSAGE_SIZE bytes."""
+    import uuid
+
+    sample = Event(UUID=uuid.uuid4(), Key="k" * key_width, T=10**18, Pad="")
+    return "x" * (MESSAGE_SIZE - len(JSON_FRAMING.marshal(sample)))
+
+
+def key_names(keys: int) -> list[str]:
+    width = len(str(keys - 1))
+    return [f"k{i:0{width}d}" for i in range(keys)]
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+class ConsumerProc:
+    """One `python -m consumer consume` child (what the `gazette` console script runs)."""
+
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, store: str, derived: str) -> None:
+        self.port = free_port()
+        self.log_path = tmp / f"consumer-{self.port}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_"))}
+        env.update({"PYTHONPATH": str(ROOT), STORE_ENV: store, DERIVED_ENV: derived, EVERY_ENV: str(EVERY)})
+        args = [
+            sys.executable, "-m", "consumer", "consume", APP,
+            "--consumer.id", "bench-consumer", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
+            "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
+            "--etcd.prefix", PREFIX, "--log.level", "info",
+        ]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"consumer exited with {self.proc.returncode}:\n{self.logs()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"consumer not ready after {timeout}s:\n{self.logs()[-4000:]}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+        finally:
+            self._log.close()
+
+    def metrics(self) -> dict[str, float]:
+        """The shard's transaction counters, by metric name."""
+        with urllib.request.urlopen(f"{self.url}/debug/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for name in ("gazette_shard_transactions_total", "gazette_shard_read_messages_total"):
+            m = re.search(rf'^{name}\{{shard="{PREFIX}/items/{SHARD}"\}} (\S+)$', text, re.MULTILINE)
+            out[name] = float(m.group(1)) if m else 0.0
+        return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# -- phases ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    store: str
+    messages: int = 0
+    keys: int = 0
+    preload_rate: float = 0.0
+    raw_rates: list[float] = field(default_factory=list)
+    apply_seconds: float = 0.0  # Apply until read_through covered every head.
+    first_commit_seconds: float = 0.0  # Apply until the first progress.
+    messages_at_first_commit: int = 0
+    txns: float = 0.0
+    txn_messages: float = 0.0
+    consumer_cpu: float = 0.0
+    broker_cpu: float = 0.0
+    store_total: int = -1
+    derived_throughput: int = 0
+    latency_inputs: int = 0
+    latency_seconds: float = 0.0
+    derived_total: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+    @property
+    def raw_rate(self) -> float:
+        return max(self.raw_rates, default=0.0)
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.apply_seconds if self.apply_seconds else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        dt = self.apply_seconds - self.first_commit_seconds
+        return (self.messages - self.messages_at_first_commit) / dt if dt > 0 else 0.0
+
+
+async def preload(svc: AppendService, journals: list[str], keys: list[str], n: int) -> dict[str, int]:
+    """Publish `n` self-committed Events round-robin over `journals`; returns each journal's head."""
+    pub = Publisher(svc)
+    pad = pad_for(len(keys[0]))
+    heads = dict.fromkeys(journals, 0)
+    mappings = [(lambda _m, j=j: (j, NDJSON)) for j in journals]
+    rnd = random.Random(1)
+    window: list[AsyncAppend] = []
+    for i in range(n):
+        j = i % len(journals)
+        window.append(pub.publish_committed(mappings[j], Event(Key=rnd.choice(keys), T=time.time_ns(), Pad=pad)))
+        if len(window) >= 20_000:
+            for aa in window:
+                await aa
+                heads[aa.journal] = max(heads[aa.journal], aa.end)
+            window = []
+    for aa in window:
+        await aa
+        heads[aa.journal] = max(heads[aa.journal], aa.end)
+    return heads
+
+
+async def raw_read(client: JournalClient, journal: str, head: int) -> int:
+    """Envelopes of `journal` [0, head): RetryReader plus EnvelopeDecoder, nothing else."""
+    decoder: EnvelopeDecoder[Event] = EnvelopeDecoder(journal, JSON_FRAMING, lambda _j: Event(), 0)
+    n = 0
+    async with RetryReader(client, journal, offset=0, block=False, end_offset=head) as rr:
+        while True:
+            try:
+                data = await rr.read()
+            except OffsetNotYetAvailable:
+                break
+            if not data:
+                break
+            decoder.feed(data, rr.offset - len(data))
+            for _ in decoder.envelopes():
+                n += 1
+    for _ in decoder.envelopes(eof=True):
+        n += 1
+    return n
+
+
+async def raw_baseline(client: JournalClient, heads: dict[str, int], expect: int) -> float:
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(raw_read(client, j, h) for j, h in heads.items()))
+    seconds = time.perf_counter() - started
+    if sum(counts) != expect:
+        raise RuntimeError(f"raw read found {sum(counts)} messages, not {expect}")
+    return expect / seconds
+
+
+def shard_spec(journals: list[str]) -> cpb.ShardSpec:
+    spec = cpb.ShardSpec(id=SHARD, max_txn_duration=Duration(seconds=1))
+    for j in journals:
+        spec.sources.add(journal=j)
+    spec.labels.labels.add(name="app", value="bench")
+    return spec
+
+
+async def throughput(
+    stub: cpb_grpc.ShardStub, consumer: ConsumerProc, broker_pid: int, journals: list[str], heads: dict[str, int],
+    r: Result,
+) -> None:
+    """Apply the shard and poll Stat until its read_through covers `heads`."""
+    cpu0, bcpu0 = cpu_seconds(consumer.proc.pid), cpu_seconds(broker_pid)
+    m0 = await asyncio.to_thread(consumer.metrics)
+    started = time.perf_counter()
+    applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=shard_spec(journals))]))
+    if applied.status != cpb.OK:
+        raise RuntimeError(f"applying the shard failed: {applied}")
+    deadline = started + 600.0
+    while True:
+        resp = await stub.Stat(cpb.StatRequest(shard=SHARD), timeout=30)
+        now = time.perf_counter()
+        if resp.status == cpb.OK:
+            through = dict(resp.read_through)
+            done = sum(min(through.get(j, 0), heads[j]) for j in journals) // MESSAGE_SIZE
+            if done and not r.first_commit_seconds:
+                r.first_commit_seconds, r.messages_at_first_commit = now - started, done
+            if all(through.get(j, 0) >= heads[j] for j in journals):
+                r.apply_seconds = now - started
+                break
+        elif resp.status not in (cpb.NO_SHARD_PRIMARY, cpb.SHARD_STOPPED):
+            raise RuntimeError(f"Stat failed: {resp}")
+        if now > deadline:
+            raise TimeoutError(f"the shard did not read through {heads} in 600 s: {resp}")
+        await asyncio.sleep(0.02)
+    r.consumer_cpu = cpu_seconds(consumer.proc.pid) - cpu0
+    r.broker_cpu = cpu_seconds(broker_pid) - bcpu0
+    # The last transaction's metrics are counted once it completes: wait for them briefly.
+    for _ in range(50):
+        m1 = await asyncio.to_thread(consumer.metrics)
+        msgs = m1["gazette_shard_read_messages_total"] - m0["gazette_shard_read_messages_total"]
+        if msgs >= r.messages:
+            break
+        await asyncio.sleep(0.1)
+    r.txns = m1["gazette_shard_transactions_total"] - m0["gazette_shard_transactions_total"]
+    r.txn_messages = msgs
+
+
+async def derived_reader(client: JournalClient, journal: str, since_ns: list[int], r: Result) -> None:
+    """Read the output journal committed from 0: count derived messages; each published (its
+    trigger's T) at or after since_ns[0] is a latency sample."""
+    async for env in read_committed(client, journal, 0, lambda _j: Derived()):
+        msg = env.message
+        if get_flags(msg.UUID) == Flags.ACK_TXN:
+            continue
+        now = time.time_ns()
+        r.derived_total += 1
+        if since_ns[0] and msg.T >= since_ns[0]:
+            r.latencies_ms.append((now - msg.T) / 1e6)
+
+
+async def latency(
+    svc: AppendService, journals: list[str], keys: list[str], rate: float, seconds: float, warmup: float,
+    since_ns: list[int], r: Result,
+) -> None:
+    """Publish `rate` Events/s round-robin over `journals` for `seconds`."""
+    pub = Publisher(svc)
+    pad = pad_for(len(keys[0]))
+    mappings = [(lambda _m, j=j: (j, NDJSON)) for j in journals]
+    rnd = random.Random(2)
+    start_ns = time.time_ns()
+    since_ns[0] = start_ns + int(warmup * 1e9)
+    started = time.perf_counter()
+    sent = 0
+    last: AsyncAppend | None = None
+    while (elapsed := time.perf_counter() - started) < seconds:
+        due = int(elapsed * rate)
+        while sent < due:
+            last = pub.publish_committed(mappings[sent % len(mappings)],
+                                         Event(Key=rnd.choice(keys), T=time.time_ns(), Pad=pad))
+            sent += 1
+        await asyncio.sleep(0.002)
+    if last is not None:
+        await last
+    r.latency_inputs, r.latency_seconds = sent, time.perf_counter() - started
+
+
+async def measure(args: argparse.Namespace, broker: BrokerProcess, consumer: ConsumerProc, store: str,
+                  journals: list[str], derived: str) -> Result:
+    r = Result(store=store.split(":", 1)[0], messages=args.messages // JOURNALS * JOURNALS, keys=args.keys)
+    keys = key_names(args.keys)
+    async with JournalClient(broker.url) as client, AppendService(client) as svc:
+        log(f"pre-loading {r.messages:,} messages into {JOURNALS} journals")
+        t0 = time.perf_counter()
+        heads = await preload(svc, journals, keys, r.messages)
+        r.preload_rate = r.messages / (time.perf_counter() - t0)
+        if sum(heads.values()) != r.messages * MESSAGE_SIZE:
+            raise RuntimeError(f"heads {heads} are not {r.messages} messages of {MESSAGE_SIZE} bytes")
+
+        for i in range(args.raw_rounds):
+            rate = await raw_baseline(client, heads, r.messages)
+            r.raw_rates.append(rate)
+            log(f"  raw Reader + decoder, round {i + 1}: {rate:,.0f} messages/s")
+
+        log("applying the shard; timing until Stat's read_through covers every head")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{consumer.port}") as channel:
+            stub = cpb_grpc.ShardStub(channel)
+            await throughput(stub, consumer, broker.proc.pid, journals, heads, r)
+        log(f"  framework: {r.rate:,.0f} messages/s from Apply ({r.apply_seconds:.2f} s)")
+        r.store_total = await asyncio.to_thread(read_total, store)
+        r.derived_throughput = r.messages // EVERY
+
+        since_ns = [0]
+        reader = asyncio.create_task(derived_reader(client, derived, since_ns, r))
+        try:
+            # Derived messages of the throughput phase, all read before the latency phase starts.
+            deadline = time.monotonic() + 30
+            while r.derived_total < r.derived_throughput and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            r.derived_throughput = r.derived_total
+            log(f"latency: {args.rate:,.0f} messages/s for {args.seconds:g} s")
+            await latency(svc, journals, keys, args.rate, args.seconds, args.warmup, since_ns, r)
+            expect = (r.messages + r.latency_inputs) // EVERY
+            deadline = time.monotonic() + 10
+            while r.derived_total < expect and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        finally:
+            reader.cancel()
+            try:
+                await reader
+            except asyncio.CancelledError:
+                pass
+    return r
+
+
+def run_store(args: argparse.Namespace, kind: str) -> Result:
+    with tempfile.TemporaryDirectory(prefix="bench-consumer-") as tmp_name, ExitStack() as stack:
+        tmp = Path(tmp_name)
+        if kind == "postgres":
+            from tests.postgres import PostgresServer, find_bindir
+
+            if find_bindir() is None:
+                raise RuntimeError("PostgreSQL server binaries are not installed (apt-get install -y postgresql)")
+            log("starting PostgreSQL")
+            server = PostgresServer.start()
+            stack.callback(server.stop)
+            dsn = server.create_database("bench_consumer")
+            create_postgres_tables(dsn)
+            store = f"postgres:{dsn}"
+        else:
+            db = tmp / "counts.db"
+            create_sqlite_tables(db)
+            store = f"sqlite:{db}"
+        broker = stack.enter_context(etcd_and_broker(tmp, "--log.level", "info"))
+        journals = [f"bench/consumer/in-{i}" for i in range(JOURNALS)]
+        derived = "bench/consumer/derived"
+        specs = []
+        for name in [*journals, derived]:
+            spec = bench_spec(name, pb.NONE)
+            spec.labels.labels.add(name="content-type", value=NDJSON)
+            specs.append(spec)
+        channel, jstub = broker.stub()
+        with channel:
+            if apply_specs(jstub, *specs).status != pb.OK:
+                raise RuntimeError("applying the benchmark journals failed")
+            for spec in specs:
+                wait_for_primary(jstub, spec.name)
+        broker_args = [str(a) for a in broker.proc.args]  # type: ignore[union-attr]
+        etcd = broker_args[broker_args.index("--etcd.address") + 1]
+        log("starting `gazette consume`")
+        consumer = ConsumerProc(tmp, broker, etcd, store, derived)
+        try:
+            consumer.wait_ready()
+            return asyncio.run(measure(args, broker, consumer, store, journals, derived))
+        except Exception:
+            log(f"consumer log tail:\n{consumer.logs()[-4000:]}")
+            raise
+        finally:
+            rc = consumer.stop()
+            if rc != 0:
+                log(f"consumer exited with {rc}:\n{consumer.logs()[-4000:]}")
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]  # Nearest rank.
+
+
+def print_report(args: argparse.Namespace, r: Result) -> bool:
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    def row(name: str, value: str, goal: str = "", v: str = "") -> None:
+        print(f"  {name:52s} {value:>16s} {goal:>12s}  {v}")
+
+    ratio = r.rate / r.raw_rate if r.raw_rate else 0.0
+    p50, p99 = percentile(r.latencies_ms, 0.50), percentile(r.latencies_ms, 0.99)
+    ok_rate, ok_ratio, ok_p99 = r.rate >= GOAL_RATE, ratio >= GOAL_RATIO, p99 <= GOAL_P99_MS
+    exact = r.store_total == r.messages and r.derived_throughput == r.messages // EVERY
+    print()
+    print(f"Gazette consumer benchmark, store {r.store}: one etcd, one `gazette serve`, one `gazette consume` "
+          f"process, one shard over {JOURNALS} journals")
+    print(f"  machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  input: {r.messages:,} messages of {MESSAGE_SIZE} bytes ({NDJSON}, self-committed), {r.keys:,} keys, "
+          f"one derived message per {EVERY} inputs; pre-loaded at {r.preload_rate:,.0f} messages/s")
+    print(f"  {'figure':52s} {'value':>16s} {'goal':>12s}  verdict")
+    print(" throughput")
+    row("framework, exactly-once (from Apply)", f"{r.rate:,.0f} msg/s", f">= {GOAL_RATE:,.0f}", verdict(ok_rate))
+    row(f"  Apply to all read through ({r.apply_seconds:.2f} s)", "")
+    row(f"  after first commit (at {r.first_commit_seconds:.2f} s, {r.messages_at_first_commit:,} msgs)",
+        f"{r.steady_rate:,.0f} msg/s")
+    row(f"raw RetryReader + EnvelopeDecoder, best of {len(r.raw_rates)}", f"{r.raw_rate:,.0f} msg/s")
+    row("ratio framework / raw", f"{ratio:.2f}", f">= {GOAL_RATIO}", verdict(ok_ratio))
+    tps = r.txns / r.apply_seconds if r.apply_seconds else 0.0
+    row("transactions (metrics)", f"{r.txns:,.0f}")
+    row("transactions/s", f"{tps:,.1f}")
+    row("messages per transaction", f"{r.txn_messages / r.txns if r.txns else 0:,.0f}")
+    row("CPU seconds: consumer process / broker", f"{r.consumer_cpu:.1f} / {r.broker_cpu:.1f}")
+    row("store's total count (expected)", f"{r.store_total:,} ({r.messages:,})", "exactly", verdict(
+        r.store_total == r.messages))
+    row("derived messages read-committed (expected)", f"{r.derived_throughput:,} ({r.messages // EVERY:,})",
+        "exactly", verdict(r.derived_throughput == r.messages // EVERY))
+    print(f" latency: append to derived message read-committed, at {r.latency_inputs / r.latency_seconds:,.0f} "
+          f"msg/s for {r.latency_seconds:.0f} s (first {args.warmup:g} s dropped)")
+    row("samples (derived messages)", f"{len(r.latencies_ms):,}")
+    row("p50", f"{p50:.1f} ms")
+    row("p99", f"{p99:.1f} ms", f"<= {GOAL_P99_MS:g} ms", verdict(ok_p99))
+    row("max", f"{max(r.latencies_ms, default=float('nan')):.1f} ms")
+    expect = (r.messages + r.latency_inputs) // EVERY
+    row("derived messages in all (expected)", f"{r.derived_total:,} ({expect:,})", "exactly",
+        verdict(r.derived_total == expect))
+    overall = ok_rate and ok_ratio and ok_p99 and exact and r.derived_total == expect
+    print(f"  overall: {'PASS' if overall else 'MISS'}")
+    return overall
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks.bench_consumer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency phase")
+    parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages pre-loaded for the throughput phase")
+    parser.add_argument("--keys", type=int, default=1000, help="distinct keys")
+    parser.add_argument("--rate", type=float, default=1000.0, help="messages/s of the latency phase")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of latency samples dropped")
+    parser.add_argument("--raw-rounds", type=int, default=2, help="runs of the raw baseline; the best is reported")
+    args = parser.parse_args(argv)
+    kinds = ["sqlite", "postgres"] if args.store == "both" else [args.store]
+    ok = True
+    for kind in kinds:
+        r = run_store(args, kind)
+        ok = print_report(args, r) and ok
+        sys.stdout.flush()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The application `bench_consumer` runs under `gazette consume tests.benchmarks.consumer_app:app`.
+
+It counts read-committed messages by Key into the shard's SQLStore and, once per `every` inputs
+(100), publishes one derived message to the output journal within the transaction (so it is
+committed with it: read-committed readers see it once the transaction's ACK follows).
+
+Counts are summed in memory during a transaction and written by one `executemany` upsert in
+`finalize_txn` (one row per key the transaction saw), rather than one statement per message.
+
+Configured by the consumer process's environment:
+
+- $GAZETTE_BENCH_STORE: `sqlite:<path>` (created with its tables when missing; WAL journal,
+  `synchronous=NORMAL`) or `postgres:<libpq DSN>` (tables created when missing);
+- $GAZETTE_BENCH_DERIVED: the output journal (no derived messages when unset);
+- $GAZETTE_BENCH_EVERY: inputs per derived message (default 100).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from consumer.message import ZERO_UUID, Envelope, Flags, Publisher, get_flags
+from consumer.stores import SQLStore, create_checkpoint_table
+
+NDJSON = "application/x-ndjson"
+STORE_ENV = "GAZETTE_BENCH_STORE"
+DERIVED_ENV = "GAZETTE_BENCH_DERIVED"
+EVERY_ENV = "GAZETTE_BENCH_EVERY"
+
+COUNTS_DDL = ("CREATE TABLE IF NOT EXISTS counts (shard TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, "
+              "PRIMARY KEY (shard, key))")
+
+
+@dataclasses.dataclass
+class Event:
+    """An input message: {"UUID", "Key", "T" (ns since the epoch when published), "Pad"}."""
+
+    UUID: uuid.UUID = ZERO_UUID
+    Key: str = ""
+    T: int = 0
+    Pad: str = ""
+
+    def get_uuid(self) -> uuid.UUID:
+        return self.UUID
+
+    def set_uuid(self, value: uuid.UUID) -> None:
+        self.UUID = value
+
+    def new_acknowledgement(self, journal: str) -> Event:
+        return Event()
+
+
+@dataclasses.dataclass
+class Derived:
+    """An output message: the `N`-th input of the shard was `Key`, published at `T`."""
+
+    UUID: uuid.UUID = ZERO_UUID
+    Key: str = ""
+    N: int = 0
+    T: int = 0
+
+    def get_uuid(self) -> uuid.UUID:
+        return self.UUID
+
+    def set_uuid(self, value: uuid.UUID) -> None:
+        self.UUID = value
+
+    def new_acknowledgement(self, journal: str) -> Derived:
+        return Derived()
+
+
+def sqlite_connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30.0)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def create_sqlite_tables(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        create_checkpoint_table(conn)
+        conn.execute(COUNTS_DDL)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def create_postgres_tables(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        create_checkpoint_table(conn)
+        conn.execute(COUNTS_DDL)
+        conn.commit()
+
+
+def read_total(store: str) -> int:
+    """Committed count of all keys, over all shards, in the store named as $GAZETTE_BENCH_STORE names it."""
+    kind, _, where = store.partition(":")
+    query = "SELECT COALESCE(SUM(n), 0) FROM counts"
+    if kind == "sqlite":
+        conn = sqlite3.connect(where, timeout=30.0)
+        try:
+            return int(conn.execute(query).fetchone()[0])
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(where) as pconn:
+        row = pconn.execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+
+class BenchApp:
+    """Counts messages by key (in memory per transaction, upserted in finalize_txn), and publishes
+    a Derived message per `every` inputs."""
+
+    def __init__(self) -> None:
+        self.store_url = os.environ.get(STORE_ENV, "sqlite:bench-counts.db")
+        self.derived = os.environ.get(DERIVED_ENV, "")
+        self.every = int(os.environ.get(EVERY_ENV, "100"))
+        self._pending: dict[str, Counter[str]] = {}
+        self._seen: dict[str, int] = {}
+
+    async def new_store(self, shard: Any, recorder: Any) -> SQLStore:
+        kind, _, where = self.store_url.partition(":")
+        if kind == "sqlite":
+            path = Path(where)
+            if not path.exists():
+                create_sqlite_tables(path)
+            return SQLStore(lambda: sqlite_connect(path))
+        if kind == "postgres":
+            import psycopg
+
+            create_postgres_tables(where)
+            return SQLStore(lambda: psycopg.connect(where))
+        raise ValueError(f"${STORE_ENV} must be sqlite:<path> or postgres:<dsn>, not {self.store_url!r}")
+
+    def new_message(self, spec: Any) -> Event:
+        return Event()
+
+    async def consume_message(self, shard: Any, store: Any, envelope: Envelope[Any], publisher: Publisher) -> None:
+        msg = envelope.message
+        if get_flags(msg.UUID) == Flags.ACK_TXN:
+            return
+        sid = shard.id
+        pending = self._pending.get(sid)
+        if pending is None:
+            pending = self._pending[sid] = Counter()
+        pending[msg.Key] += 1
+        seen = self._seen.get(sid, 0) + 1
+        self._seen[sid] = seen
+        if self.derived and seen % self.every == 0:
+            derived = self.derived
+            publisher.publish_uncommitted(lambda _m: (derived, NDJSON), Derived(Key=msg.Key, N=seen, T=msg.T))
+
+    async def finalize_txn(self, shard: Any, store: Any, publisher: Publisher) -> None:
+        pending = self._pending.pop(shard.id, None)
+        if not pending:
+            return
+        ph = "?" if self.store_url.startswith("sqlite:") else "%s"
+        await store.executemany(
+            f"INSERT INTO counts (shard, key, n) VALUES ({ph}, {ph}, {ph}) "
+            "ON CONFLICT (shard, key) DO UPDATE SET n = counts.n + excluded.n",
+            [(shard.id, key, n) for key, n in pending.items()],
+        )
+
+
+app = BenchApp()
