@@ -177,6 +177,7 @@ class Result:
     preload_rate: float = 0.0
     raw_rates: list[float] = field(default_factory=list)
     apply_seconds: float = 0.0  # Apply until read_through covered every head.
+    primary_seconds: float = 0.0  # Apply until Stat first answered OK (the shard has a ready primary).
     first_commit_seconds: float = 0.0  # Apply until the first progress.
     messages_at_first_commit: int = 0
     txns: float = 0.0
@@ -279,6 +280,7 @@ async def throughput(
         resp = await stub.Stat(cpb.StatRequest(shard=SHARD), timeout=30)
         now = time.perf_counter()
         if resp.status == cpb.OK:
+            r.primary_seconds = r.primary_seconds or now - started
             through = dict(resp.read_through)
             done = sum(min(through.get(j, 0), heads[j]) for j in journals) // MESSAGE_SIZE
             if done and not r.first_commit_seconds:
@@ -470,7 +472,7 @@ def print_report(args: argparse.Namespace, r: Result) -> bool:
     print(f"  {'figure':52s} {'value':>16s} {'goal':>12s}  verdict")
     print(" throughput")
     row("framework, exactly-once (from Apply)", f"{r.rate:,.0f} msg/s", f">= {GOAL_RATE:,.0f}", verdict(ok_rate))
-    row(f"  Apply to all read through ({r.apply_seconds:.2f} s)", "")
+    row(f"  Apply to all read through ({r.apply_seconds:.2f} s); to Stat OK ({r.primary_seconds:.2f} s)", "")
     row(f"  after first commit (at {r.first_commit_seconds:.2f} s, {r.messages_at_first_commit:,} msgs)",
         f"{r.steady_rate:,.0f} msg/s")
     row(f"raw RetryReader + EnvelopeDecoder, best of {len(r.raw_rates)}", f"{r.raw_rate:,.0f} msg/s")
