@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gazctl.commands import attach_uuids, gitops, journals, pipelines, print_config
+from gazctl.commands import attach_uuids, gitops, journals, pipelines, print_config, shards
 from gazctl.commands.common import BrokerAddressOption, GlobalOptions, LogFormatOption, LogLevelOption
 
 app = typer.Typer(
@@ -15,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(journals.app, name="journals")
+app.add_typer(shards.app, name="shards")
 attach_uuids.register(app)
 print_config.register(app)
 gitops.register(app)

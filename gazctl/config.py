@@ -1,6 +1,7 @@
 """gazctl's settings: each the first of its flag, its environment variable, the first `gazctl.ini`
 found (`./`, then `~/.config/gazette/`) and its default. Only the first INI file found is read,
-as Gazette's go-flags does. The broker address is `Address` in section `[journals.Broker]`.
+as Gazette's go-flags does. The broker address is `Address` in section `[journals.Broker]`; the
+consumer address of `gazctl shards` is `Address` in section `[shards.Consumer]`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ __all__ = [
     "ADDRESS_KEY",
     "BROKER_ADDRESS_ENV",
     "BROKER_SECTION",
+    "CONSUMER_ADDRESS_ENV",
+    "CONSUMER_SECTION",
     "DEFAULT_BROKER_ADDRESS",
+    "DEFAULT_CONSUMER_ADDRESS",
     "INI_NAME",
     "DialTarget",
     "Resolved",
@@ -27,12 +31,18 @@ __all__ = [
     "ini_paths",
     "read_ini_option",
     "resolve_broker_address",
+    "resolve_consumer_address",
     "resolve_option",
 ]
 
 INI_NAME = "gazctl.ini"
 BROKER_SECTION = "journals.Broker"
 ADDRESS_KEY = "Address"
+CONSUMER_SECTION = "shards.Consumer"
+CONSUMER_ADDRESS_ENV = "CONSUMER_ADDRESS"
+DEFAULT_CONSUMER_ADDRESS = "http://localhost:8080"
+"""Gazette's default. A `gazette consume` process listens on a random port unless given
+`--consumer.port`, so the address must name the port of a running consumer process."""
 
 
 def ini_paths(cwd: Path, home: Path) -> list[Path]:
@@ -110,6 +120,19 @@ def resolve_broker_address(
     return resolve_option(
         flag, BROKER_ADDRESS_ENV, BROKER_SECTION, ADDRESS_KEY, DEFAULT_BROKER_ADDRESS, env, cwd, home
     ).value
+
+
+def resolve_consumer_address(
+    flag: str | None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Resolved:
+    """The consumer address of `gazctl shards`: flag, then $CONSUMER_ADDRESS, then `Address` of
+    `[shards.Consumer]` in the INI file, then the default; and where it came from."""
+    return resolve_option(
+        flag, CONSUMER_ADDRESS_ENV, CONSUMER_SECTION, ADDRESS_KEY, DEFAULT_CONSUMER_ADDRESS, env, cwd, home
+    )
 
 
 def _unquote(value: str) -> str:

@@ -1,0 +1,170 @@
+"""What the `gazctl shards` commands share: `--consumer.address`, the shard selector, and calls of
+the Shard API of a consumer process, whose failures become one-line GazctlErrors.
+
+The consumer address is the first of `--consumer.address`, `$CONSUMER_ADDRESS`, `Address` of
+`[shards.Consumer]` in the first gazctl.ini found, and Gazette's default `http://localhost:8080`.
+`gazette consume` listens on a random port unless given `--consumer.port`: the address must name
+a running consumer process (any member of the consumer group; each serves the whole Shard API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, TypeVar
+
+import grpc
+import typer
+
+from broker.client.config import dial_target
+from broker.errors import ConfigError
+from broker.protocol import pb as bpb
+from broker.protocol.selectors import parse_selector
+from consumer.protocol import pb, pb_grpc
+from consumer.protocol.validation import validate_list_request
+from gazctl.commands.common import GLOBAL_PANEL
+from gazctl.config import resolve_consumer_address
+from gazctl.errors import GazctlError
+
+log = logging.getLogger("gazctl")
+
+T = TypeVar("T")
+
+MAX_MESSAGE_SIZE = 16 << 20
+"""As Gazette's gazctl, replies of up to 16 MiB are accepted."""
+
+ConsumerAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--consumer.address",
+        help="URL of a `gazette consume` process (it listens on a random port unless given --consumer.port)"
+        " [env: CONSUMER_ADDRESS; INI: \\[shards.Consumer] Address; default: http://localhost:8080]",
+        show_default=False,
+        rich_help_panel=GLOBAL_PANEL,
+    ),
+]
+SelectorOption = Annotated[
+    str,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Label selector of shards (the meta-label `id` is the shard's ID), e.g. 'app=counter' or 'id=shard-000'",
+    ),
+]
+RequiredSelectorOption = Annotated[
+    str,
+    typer.Option(
+        "--selector",
+        "-l",
+        help="Label selector of shards (required), e.g. 'app=counter' or 'id in (shard-000, shard-001)'",
+        show_default=False,
+    ),
+]
+MaxTxnSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--max-txn-size",
+        min=0,
+        help="Apply in transactions of at most this many changes (0: one transaction)",
+    ),
+]
+
+STALE_REVISION_HINT = (
+    " (a shard's current revision differs from the spec's `revision`: it was changed, created or"
+    " deleted since it was listed; list the shards again, or use `revision: -1` to overwrite)"
+)
+
+
+def parse_shard_selector(text: str, flag: str = "--selector") -> bpb.LabelSelector:
+    """Parse a shard selector as a ListRequest takes it; "" selects every shard."""
+    try:
+        selector = parse_selector(text) if text else bpb.LabelSelector()
+        validate_list_request(pb.ListRequest(selector=selector))
+    except ValueError as err:  # SelectorError and ValidationError.
+        raise GazctlError(f"invalid {flag} {text!r}: {err}") from None
+    return selector
+
+
+def require_shard_selector(text: str) -> bpb.LabelSelector:
+    """Parse a selector which must be given (commands that change things)."""
+    if not text.strip():
+        raise GazctlError("--selector (-l) is required, e.g. -l id=shard-000 or -l app=counter")
+    return parse_shard_selector(text)
+
+
+class ShardClient:
+    """Calls of the Shard API of one consumer process."""
+
+    def __init__(self, address: str, stub: pb_grpc.ShardStub) -> None:
+        self.address = address
+        self.stub = stub
+
+    async def call(self, rpc: str, request: object, detail: str = "") -> object:
+        try:
+            return await getattr(self.stub, rpc)(request)
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            hint = ""
+            if code == grpc.StatusCode.UNAVAILABLE:
+                hint = " (is a `gazette consume` process listening there? set --consumer.address or $CONSUMER_ADDRESS)"
+            elif code == grpc.StatusCode.UNIMPLEMENTED:
+                hint = " (that address serves no Shard API: is it a broker rather than a consumer process?)"
+            extra = f" ({detail})" if detail else ""
+            raise GazctlError(f"consumer {self.address}: {rpc}: {code.name}: {err.details()}{extra}{hint}") from None
+
+    async def list(self, selector: bpb.LabelSelector) -> pb.ListResponse:
+        resp = await self.call("List", pb.ListRequest(selector=selector))
+        assert isinstance(resp, pb.ListResponse)
+        if resp.status != pb.OK:
+            raise GazctlError(f"consumer {self.address}: List: {pb.Status.Name(resp.status)}")
+        return resp
+
+    async def apply(self, changes: Sequence[pb.ApplyRequest.Change], max_txn_size: int = 0) -> pb.ApplyResponse:
+        """Apply as one transaction, or in transactions of at most `max_txn_size` changes; return the last reply.
+
+        A failed transaction leaves the ones before it applied, and its error says how many changes they held.
+        """
+        size = max_txn_size if max_txn_size > 0 else max(len(changes), 1)
+        resp = pb.ApplyResponse()
+        for begin in range(0, len(changes), size):
+            batch = changes[begin : begin + size]
+            earlier = f"{begin} of {len(changes)} changes were applied by earlier transactions" if begin else ""
+            reply = await self.call("Apply", pb.ApplyRequest(changes=batch), earlier)
+            assert isinstance(reply, pb.ApplyResponse)
+            resp = reply
+            if resp.status != pb.OK:
+                name = pb.Status.Name(resp.status)
+                detail = f" ({earlier})" if earlier else ""
+                hint = STALE_REVISION_HINT if resp.status == pb.ETCD_TRANSACTION_FAILED else ""
+                raise GazctlError(f"{name}{detail}{hint}")
+            log.debug("applied batch", extra={"changes": len(batch), "revision": resp.header.etcd.revision})
+        return resp
+
+    async def unassign(self, shards: Sequence[str], only_failed: bool, dry_run: bool) -> pb.UnassignResponse:
+        resp = await self.call("Unassign", pb.UnassignRequest(shards=shards, only_failed=only_failed, dry_run=dry_run))
+        assert isinstance(resp, pb.UnassignResponse)
+        if resp.status != pb.OK:
+            raise GazctlError(f"{pb.Status.Name(resp.status)} (the shards' assignments changed; try again)")
+        return resp
+
+
+def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -> T:
+    """Resolve the consumer address and run `work` with a client of it in a fresh event loop."""
+    address = resolve_consumer_address(address_flag)
+    log.debug("resolved consumer address", extra={"address": address.value, "source": address.source})
+    try:
+        target = dial_target(address.value)
+    except ConfigError as err:
+        raise ConfigError(str(err).replace("invalid broker address", "invalid consumer address")) from None
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE_SIZE)]
+
+    async def main() -> T:
+        if target.tls:
+            channel = grpc.aio.secure_channel(target.target, grpc.ssl_channel_credentials(), options=options)
+        else:
+            channel = grpc.aio.insecure_channel(target.target, options=options)
+        async with channel:
+            return await work(ShardClient(address.value, pb_grpc.ShardStub(channel)))
+
+    return asyncio.run(main())

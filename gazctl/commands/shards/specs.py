@@ -1,0 +1,227 @@
+"""`gazctl shards list` and `apply`: shards with their status as tables, JSON, proto text and
+shardspace YAML; shardspace files applied through the Shard API's Apply."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from broker.logs import LogFormat
+from broker.protocol import labels
+from consumer.protocol import pb
+from consumer.protocol.shard_spec import reduce_replica_status
+from gazctl.commands.common import LogFormatOption, LogLevel, LogLevelOption, reported, setup, stdout_console
+from gazctl.commands.journals.specs import _read_specs
+from gazctl.commands.shards._app import app
+from gazctl.commands.shards._client import (
+    ConsumerAddressOption,
+    MaxTxnSizeOption,
+    SelectorOption,
+    parse_shard_selector,
+    run,
+)
+from gazctl.errors import GazctlError
+from gazctl.specs import shardspace
+
+log = logging.getLogger("gazctl")
+
+NONE = "<none>"
+
+
+class ListFormat(StrEnum):
+    """Output formats of `shards list`."""
+
+    table = "table"
+    yaml = "yaml"
+    json = "json"
+    proto = "proto"
+
+
+def _logging(ctx: typer.Context, log_level: LogLevel | None, log_format: LogFormat | None) -> None:
+    """Configure logging from the shared options (the broker address they resolve is not used)."""
+    setup(ctx, None, log_level, log_format)
+
+
+@app.command("list")
+def list_command(
+    ctx: typer.Context,
+    selector: SelectorOption = "",
+    output: Annotated[
+        ListFormat,
+        typer.Option(
+            "--format",
+            "-o",
+            help="Output format: a table; the shardspace YAML with revisions (input of `apply`);"
+            " one JSON document of the ListResponse; or its proto text",
+            case_sensitive=False,
+        ),
+    ] = ListFormat.table,
+    primary: Annotated[
+        bool, typer.Option("--primary", "-p", help="Show the primary consumer and its status (table)")
+    ] = False,
+    replicas: Annotated[
+        bool, typer.Option("--replicas", "-r", help="Show the standby consumers and their status (table)")
+    ] = False,
+    rf: Annotated[bool, typer.Option("--rf", help="Show the replication factor (table)")] = False,
+    label_columns: Annotated[
+        list[str] | None,
+        typer.Option("--label-columns", "-L", help="Show a column of this label's values (repeatable; table)"),
+    ] = None,
+    consumer_address: ConsumerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """List shards matching a selector, with their status.
+
+    The table shows ID and STATUS (the highest status of the shard's replicas: IDLE, BACKFILL,
+    STANDBY, PRIMARY or FAILED), then the columns asked for; a member is shown as
+    `consumer-id:STATUS`. `list --format yaml` prints the shardspace with each shard's revision:
+    applying it unchanged is a no-op, and a modified copy updates exactly what changed.
+    """
+    with reported():
+        _logging(ctx, log_level, log_format)
+        parsed = parse_shard_selector(selector)
+        resp = run(consumer_address, lambda client: client.list(parsed))
+        if output is ListFormat.yaml:
+            sys.stdout.write(to_yaml(resp))
+        elif output is ListFormat.json:
+            sys.stdout.write(to_json(resp) + "\n")
+        elif output is ListFormat.proto:
+            sys.stdout.write(text_format.MessageToString(resp))
+        else:
+            headers, rows = table_cells(resp, rf, primary, replicas, label_columns or ())
+            console = stdout_console()
+            if console.is_terminal:
+                out = Table(box=box.ASCII, show_edge=True, highlight=False)
+                for header in headers:
+                    out.add_column(header, overflow="fold")
+                for row in rows:
+                    out.add_row(*(Text(cell) for cell in row))
+                console.print(out)
+            else:
+                sys.stdout.write(table_text(headers, rows))
+        sys.stdout.flush()
+
+
+def table_cells(
+    resp: pb.ListResponse, rf: bool, primary: bool, replicas: bool, label_columns: tuple[str, ...] | list[str]
+) -> tuple[list[str], list[list[str]]]:
+    """The headers and rows of the table, as Gazette's `shards list`."""
+    headers = ["ID", "STATUS"]
+    for on, header in ((rf, "RF"), (primary, "PRIMARY"), (replicas, "REPLICAS")):
+        if on:
+            headers.append(header)
+    headers.extend(name.upper() for name in label_columns)
+    rows = []
+    for shard in resp.shards:
+        status = pb.ReplicaStatus()
+        primary_cell, replica_cells = NONE, []
+        for i, member in enumerate(shard.route.members):
+            cell = member.suffix
+            if i < len(shard.status):
+                cell += ":" + pb.ReplicaStatus.Code.Name(shard.status[i].code)
+                status = reduce_replica_status(status, shard.status[i])
+            if i == shard.route.primary:
+                primary_cell = cell
+            else:
+                replica_cells.append(cell)
+        row = [shard.spec.id, pb.ReplicaStatus.Code.Name(status.code)]
+        if rf:
+            row.append("0" if shard.spec.disable else str(shard.spec.hot_standbys + 1))
+        if primary:
+            row.append(primary_cell)
+        if replicas:
+            row.append(",".join(replica_cells))
+        for name in label_columns:
+            values = labels.values_of(shard.spec.labels, name)
+            row.append(",".join(values) if values else NONE)
+        rows.append(row)
+    return headers, rows
+
+
+def table_text(headers: list[str], rows: list[list[str]]) -> str:
+    """The table as plain text (for a pipe or a file), with rich's ASCII box."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |\n"
+
+    edge = "+" + "-" * (sum(widths) + 3 * len(widths) - 1) + "+\n"
+    out = [edge, line(headers), "|" + "+".join("-" * (w + 2) for w in widths) + "|\n"]
+    out.extend(line(row) for row in rows)
+    out.append(edge)
+    return "".join(out)
+
+
+def to_yaml(resp: pb.ListResponse) -> str:
+    """The shards as a shardspace: common fields hoisted, each shard with its mod revision."""
+    return shardspace.dump(shardspace.hoist((s.spec, s.mod_revision) for s in resp.shards))
+
+
+def to_json(resp: pb.ListResponse) -> str:
+    """One JSON object of the response: proto field names, defaults included, in field order."""
+    doc = json_format.MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return json.dumps(_in_field_order(resp.DESCRIPTOR, doc))
+
+
+def _in_field_order(descriptor: Descriptor, doc: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in sorted(descriptor.fields, key=lambda f: f.number):
+        if field.name not in doc:
+            continue
+        value = doc[field.name]
+        sub = field.message_type
+        if (
+            sub is not None
+            and field.type == FieldDescriptor.TYPE_MESSAGE
+            and not sub.full_name.startswith("google.protobuf.")
+        ):
+            if isinstance(value, list):
+                value = [_in_field_order(sub, v) for v in value]
+            elif isinstance(value, dict) and not sub.GetOptions().map_entry:
+                value = _in_field_order(sub, value)
+        out[field.name] = value
+    return out
+
+
+@app.command("apply")
+def apply_command(
+    ctx: typer.Context,
+    specs: Annotated[str, typer.Option("--specs", help="Shardspace YAML file to apply, or '-' for stdin")] = "-",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the ApplyRequest (proto text) instead of applying it")
+    ] = False,
+    max_txn_size: MaxTxnSizeOption = 0,
+    consumer_address: ConsumerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Apply a shardspace YAML: create, update and delete shards.
+
+    The file has a `common` spec, whose fields each shard inherits unless it sets them, and a list
+    of `shards`. Each shard is checked against its `revision` (0 or absent: it must not exist yet;
+    -1: any revision; N: its current revision must be N); `delete: true` deletes it. Every shard
+    is validated before anything is sent. Without --max-txn-size all changes are one transaction;
+    with it, each batch is its own, and a failed batch leaves the ones before it applied.
+    """
+    with reported():
+        _logging(ctx, log_level, log_format)
+        text, file = _read_specs(specs)
+        changes = [shardspace.change(flat) for flat in shardspace.load_flat(text, file)]
+        if dry_run:
+            sys.stdout.write(text_format.MessageToString(pb.ApplyRequest(changes=changes)))
+            return
+        if not changes:
+            raise GazctlError(f"{file}: the shardspace has no shards to apply")
+        resp = run(consumer_address, lambda client: client.apply(changes, max_txn_size))
+        log.info("successfully applied", extra={"revision": resp.header.etcd.revision, "changes": len(changes)})

@@ -1,0 +1,233 @@
+"""`gazctl shards list/apply/unassign`, run as a user runs them, against a real broker and a real
+`gazette consume` process (`tests.consumer.cli_apps:app`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+
+from consumer.protocol import pb
+from gazctl.config import resolve_consumer_address
+from gazctl.specs import shardspace
+from tests.consumer.test_consume_cli import ConsumerProcess
+from tests.harness import BrokerProcess, free_port, run_gazctl
+
+SOURCE = "shards-cli/events"
+SHARD = "shards-cli-000"
+
+JOURNALS = f"""\
+name: {SOURCE}
+replication: 1
+labels:
+- name: content-type
+  value: application/x-ndjson
+fragment:
+  length: 131072
+  compression_codec: NONE
+  refresh_interval: 30s
+"""
+
+SHARDS = f"""\
+# One shard counting the events journal.
+common:
+  max_txn_duration: 100ms
+  labels:
+  - name: app
+    value: shards-cli
+shards:
+- id: {SHARD}
+  sources:
+  - journal: {SOURCE}
+"""
+
+
+@pytest.fixture(scope="module")
+def consumer(
+    broker: BrokerProcess, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConsumerProcess]:
+    tmp = tmp_path_factory.mktemp("shards-cli")
+    applied = run_gazctl(broker, "journals", "apply", input=JOURNALS)
+    assert applied.returncode == 0, applied.stderr
+    proc = ConsumerProcess(tmp, broker, etcd_endpoint, f"/test/{uuid.uuid4().hex}", tmp / "counts.db", "shards-cli")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        rc = proc.stop()
+        assert rc == 0, proc.logs()
+        assert "Traceback" not in proc.logs()
+
+
+def shards(consumer: ConsumerProcess, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return run_gazctl(None, "shards", *args, input=input, env={"CONSUMER_ADDRESS": consumer.url})
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    lines = [line.strip().strip("|") for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.split("|")] for line in lines]
+
+
+def listed(consumer: ConsumerProcess, selector: str = "app=shards-cli") -> pb.ListResponse:
+    done = shards(consumer, "list", "-l", selector, "--format", "proto")
+    assert done.returncode == 0, done.stderr
+    return text_format.Parse(done.stdout, pb.ListResponse())
+
+
+def wait_primary(consumer: ConsumerProcess, timeout: float = 60.0) -> list[list[str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        done = shards(consumer, "list", "-l", f"id={SHARD}", "--primary", "--replicas", "--rf", "-L", "app")
+        assert done.returncode == 0, done.stderr
+        rows = table_rows(done.stdout)
+        if rows[1:] and rows[1][1] == "PRIMARY":
+            return rows
+        assert time.monotonic() < deadline, done.stdout
+        time.sleep(0.2)
+
+
+def test_apply_list_unassign_delete(consumer: ConsumerProcess, tmp_path: Path) -> None:
+    specs = tmp_path / "shards.yaml"
+    specs.write_text(SHARDS)
+
+    dry = shards(consumer, "apply", "--specs", str(specs), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    request = text_format.Parse(dry.stdout, pb.ApplyRequest())
+    [change] = request.changes
+    assert change.expect_mod_revision == 0 and change.upsert.id == SHARD
+    assert [s.journal for s in change.upsert.sources] == [SOURCE]
+    assert change.upsert.max_txn_duration.ToMilliseconds() == 100
+    assert listed(consumer).shards == [], "--dry-run applies nothing"
+
+    applied = shards(consumer, "apply", "--specs", str(specs))
+    assert applied.returncode == 0, applied.stderr
+    again = shards(consumer, "apply", "--specs", str(specs))
+    one_line_error(again, "ETCD_TRANSACTION_FAILED", "revision")
+
+    rows = wait_primary(consumer)
+    assert rows[0] == ["ID", "STATUS", "RF", "PRIMARY", "REPLICAS", "APP"]
+    assert rows[1:] == [[SHARD, "PRIMARY", "1", "shards-cli:PRIMARY", "", "shards-cli"]]
+
+    plain = shards(consumer, "list")
+    assert table_rows(plain.stdout) == [["ID", "STATUS"], [SHARD, "PRIMARY"]]
+
+    resp = listed(consumer)
+    [shard] = resp.shards
+    assert shard.spec.id == SHARD and shard.mod_revision > 0
+    assert [s.code for s in shard.status] == [pb.ReplicaStatus.PRIMARY]
+    assert [m.suffix for m in shard.route.members] == ["shards-cli"]
+
+    as_json = shards(consumer, "list", "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["status"] == "OK"
+    assert [s["spec"]["id"] for s in doc["shards"]] == [SHARD]
+    assert doc["shards"][0]["status"][0]["code"] == "PRIMARY"
+
+    as_yaml = shards(consumer, "list", "--format", "yaml")
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    space = shardspace.load(as_yaml.stdout, "listed")
+    assert [s.spec.id for s in space.shards] == [SHARD]
+    assert space.shards[0].revision == shard.mod_revision
+    assert "max_txn_duration: 100ms" in as_yaml.stdout
+
+    # The listing applies as a no-op update; applied again, its revision is stale and it is refused.
+    noop = shards(consumer, "apply", input=as_yaml.stdout)
+    assert noop.returncode == 0, noop.stderr
+    [after] = listed(consumer).shards
+    assert after.spec == shard.spec and after.mod_revision > shard.mod_revision
+    stale = shards(consumer, "apply", input=as_yaml.stdout)
+    one_line_error(stale, "ETCD_TRANSACTION_FAILED", "revision: -1")
+
+    # Nothing failed: --failed unassigns nothing, and the primary stays.
+    none = shards(consumer, "unassign", "-l", "app=shards-cli", "--failed")
+    assert none.returncode == 0, none.stderr
+    assert none.stdout == "" and "unassigned 0 shards" in none.stderr
+    dry_unassign = shards(consumer, "unassign", "-l", f"id={SHARD}", "--dry-run")
+    assert dry_unassign.returncode == 0, dry_unassign.stderr
+    assert dry_unassign.stdout == f"{SHARD}\n" and "would unassign 1 shard" in dry_unassign.stderr
+    [still] = listed(consumer).shards
+    assert still.mod_revision == after.mod_revision
+    assert [s.code for s in still.status] == [pb.ReplicaStatus.PRIMARY]
+    missing_selector = shards(consumer, "unassign", "--failed")
+    one_line_error(missing_selector, "--selector (-l) is required")
+
+    # delete: true removes it.
+    current = shards(consumer, "list", "--format", "yaml").stdout
+    deleted = shards(consumer, "apply", input=current.replace(f"- id: {SHARD}", f"- delete: true\n  id: {SHARD}"))
+    assert deleted.returncode == 0, deleted.stderr
+    assert listed(consumer).shards == []
+    empty = shards(consumer, "list")
+    assert table_rows(empty.stdout) == [["ID", "STATUS"]]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "expected"),
+    [
+        ("shards:\n- id: shard-a\n  sources: [\n", 4, "invalid YAML"),
+        ("common:\n  max_txn_duration: 1s\nshards:\n- id: shard-a\n  hot_standby: 1\n", 5, "unknown field"),
+        ("common:\n  max_txn_duration: soon\nshards:\n- id: shard-a\n", 2, "max_txn_duration"),
+        ("shards:\n- id: shard-a\n  sources:\n  - journal: a/b\n", 2, "MaxTxnDuration"),
+        ("common:\n  max_txn_duration: 1s\nshards:\n- id: a\n", 4, "Id: invalid length"),
+        (
+            "common:\n  max_txn_duration: 1s\nshards:\n- id: shard-a\n"
+            "  sources:\n  - journal: b/bbb\n  - journal: a/aaa\n",
+            6,
+            "Sources.Journal not in unique, sorted order",
+        ),
+        ("common:\n  max_txn_duration: 1s\nshards:\n- id: shard-a\n  delete: true\n", 4, "ExpectModRevision"),
+        ("common:\n  max_txn_duration: 1s\nshards:\n- id: shard-a\n- id: shard-a\n", 5, "appears more than once"),
+        ("common:\n  id: shard-a\n", 2, "unknown field 'id'"),
+    ],
+)
+def test_invalid_specs_are_one_line_errors_naming_file_and_line(
+    tmp_path: Path, text: str, line: int, expected: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    # No consumer listens there: nothing is sent before the file validates.
+    env = {"CONSUMER_ADDRESS": f"http://127.0.0.1:{free_port()}"}
+    done = run_gazctl(None, "shards", "apply", "--specs", str(bad), env=env)
+    error = one_line_error(done, expected)
+    assert error.startswith(f"error: {bad}:{line}:"), error
+
+
+def test_unreachable_consumer_and_bad_address() -> None:
+    address = f"http://127.0.0.1:{free_port()}"
+    done = run_gazctl(None, "shards", "list", "--consumer.address", address)
+    one_line_error(done, f"consumer {address}", "UNAVAILABLE", "--consumer.address")
+    bad = run_gazctl(None, "shards", "list", env={"CONSUMER_ADDRESS": "localhost:8080"})
+    one_line_error(bad, "invalid consumer address 'localhost:8080'")
+    selector = run_gazctl(None, "shards", "list", "-l", "app in (", env={"CONSUMER_ADDRESS": address})
+    one_line_error(selector, "invalid --selector")
+
+
+def test_consumer_address_flag_env_ini_default(tmp_path: Path) -> None:
+    (tmp_path / "gazctl.ini").write_text(
+        "[journals.Broker]\nAddress = http://broker:1\n[shards.Consumer]\nAddress = http://consumer:2\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    assert resolve_consumer_address("http://flag:3", {"CONSUMER_ADDRESS": "http://env:4"}, tmp_path, home).value == (
+        "http://flag:3"
+    )
+    assert resolve_consumer_address(None, {"CONSUMER_ADDRESS": "http://env:4"}, tmp_path, home).value == "http://env:4"
+    from_ini = resolve_consumer_address(None, {}, tmp_path, home)
+    assert from_ini.value == "http://consumer:2" and from_ini.source == str(tmp_path / "gazctl.ini")
+    assert resolve_consumer_address(None, {}, home, home).value == "http://localhost:8080"
