@@ -19,6 +19,10 @@ until no shard is assigned here (at most `exit_timeout` seconds: a lone member k
 stop the allocator, close the replicas and the mirror, and revoke the lease (which deletes the
 member key and any assignment left).
 
+`abort()` is the crash: it stops serving at once as a SIGKILLed process would, releasing nothing
+(no `exiting`, no hand-off, no status update); the lease expires after its TTL, or is revoked at
+once on request. Tests use it to crash a service in-process.
+
 A process that loses its lease (the keepalive fails for a TTL) stops serving at once: every
 replica is closed, and `lost` is set; it does not come back by itself.
 """
@@ -134,6 +138,41 @@ class ConsumerService:
         except Exception as exc:
             log.warning("releasing the member lease failed: %s", exc)
         log.info("consumer service stopped", extra={"member": self.announcement.key})
+
+    async def abort(self, *, revoke_lease: bool = False) -> None:
+        """Stop serving at once, as a crashed (SIGKILLed) process would.
+
+        The replicas' serving tasks, the allocator and the keyspace watch are cancelled; nothing is
+        handed off or released: the member is not marked `exiting`, no status is written, and the
+        member key and this member's assignments stay in etcd. The lease's keepalive stops, so the
+        lease expires after its TTL (as a killed process's does) and etcd then deletes the member
+        key and the assignments under it; with `revoke_lease` the lease is revoked at once instead
+        (as if the TTL had already passed). Local resources of the shards (their stores' connections)
+        are closed, as the kernel closes a killed process's. `stop()` does nothing afterwards.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self.resolver.stop()
+        if self._remove_observer is not None:
+            self._remove_observer()
+            self._remove_observer = None
+        # Everything stops at once (no await between these), then the cancellations are awaited.
+        allocator, self._allocator = self._allocator, None
+        keepalive, self.announcement._keepalive = self.announcement._keepalive, None
+        tasks = [t for t in (allocator, keepalive) if t is not None]
+        for task in tasks:
+            task.cancel()
+        replicas, self.replicas = list(self.replicas.values()), {}
+        closing = [asyncio.ensure_future(r.close()) for r in replicas]  # Cancels each serving task.
+        watch = asyncio.ensure_future(self.keyspace.close())
+        await asyncio.gather(*tasks, *closing, watch, *self._closing, return_exceptions=True)
+        if revoke_lease:
+            try:
+                await self.announcement.release()
+            except Exception as exc:
+                log.warning("revoking the member lease failed: %s", exc)
+        log.warning("consumer service aborted", extra={"member": self.announcement.key, "revoked": revoke_lease})
 
     async def __aenter__(self) -> ConsumerService:
         await self.start()
