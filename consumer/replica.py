@@ -287,7 +287,9 @@ class Replica:
                 log.exception("destroying the store of shard %s failed", self.id)
 
     async def _run(self, store: Store, checkpoint: cpb.Checkpoint) -> None:
-        ajc = AppendService(self._journal_client)
+        # Messages and ACKs carry UUIDs that read-committed readers deduplicate, so an append whose
+        # outcome is unknown (a broker died mid-commit) is retried, as Gazette's AppendService does.
+        ajc = AppendService(self._journal_client, retry_unknown_outcome=True)
         try:
             publisher = Publisher(ajc, self.clock)
             while True:

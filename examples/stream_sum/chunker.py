@@ -119,7 +119,9 @@ class Chunker:
             if not parts.journals:
                 raise ChunkerError(f"no journals labelled {what} under {self.prefix!r}")
         mapping = modulo_mapping(stream_key, chunk_parts)
-        async with AppendService(self.client) as svc:
+        # Chunks carry UUIDs that the summers' read-committed readers deduplicate: an append whose
+        # outcome is unknown (its broker died) is retried rather than failing the chunker.
+        async with AppendService(self.client, retry_unknown_outcome=True) as svc:
             # Write barriers: the sums are read from the heads as of before any chunk.
             heads = {}
             for j in sum_parts.journals:

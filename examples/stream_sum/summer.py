@@ -46,7 +46,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Final
 
-from broker.client import list_journals
+from broker.client import TransportError, list_journals
+from broker.client.retry import backoff
 from broker.protocol import pb
 from consumer.message import Envelope, Flags, Publisher, get_flags, modulo_mapping
 from consumer.message.mapping import MappingFunc
@@ -55,6 +56,9 @@ from consumer.stores import SQLStore, create_checkpoint_table
 from examples.stream_sum import crc64
 from examples.stream_sum.messages import SUM_MESSAGE_TYPE, Chunk, Sum, stream_key
 from examples.stream_sum.specs import DEFAULT_PREFIX, partitions_selector
+
+LIST_RETRY_SECONDS = 60.0
+"""How long a new store retries listing the sum journals while brokers are unreachable."""
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +181,18 @@ class Summer:
         return self._sums
 
     async def _refresh_sums(self, shard: Shard) -> None:
-        sums = await list_journals(shard.journal_client, partitions_selector(SUM_MESSAGE_TYPE, self.prefix))
+        # The broker may be restarting (or its lease expiring): retry for a while before failing the shard.
+        deadline = asyncio.get_running_loop().time() + LIST_RETRY_SECONDS
+        attempt = 0
+        while True:
+            try:
+                sums = await list_journals(shard.journal_client, partitions_selector(SUM_MESSAGE_TYPE, self.prefix))
+                break
+            except TransportError:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(backoff(attempt))
+                attempt += 1
         if not sums.journals:
             raise RuntimeError(f"no journals labelled {SUM_MESSAGE_TYPE} under {self.prefix!r} to publish sums to")
         self._sums = sums
