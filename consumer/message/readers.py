@@ -9,11 +9,20 @@ the sequence's range is read again with a second reader.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from broker.client import JournalClient, OffsetJump, OffsetNotYetAvailable, RetryReader, list_journals
+from broker.client import (
+    JournalClient,
+    OffsetJump,
+    OffsetNotYetAvailable,
+    RetryReader,
+    TransportError,
+    list_journals,
+)
+from broker.client.retry import backoff
 from broker.protocol import pb
 from consumer.message.decoder import EnvelopeDecoder, NewMessage
 from consumer.message.envelope import Envelope
@@ -25,15 +34,31 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M")
 
+SPEC_RETRY_SECONDS = 60.0
+"""How long fetching a journal's spec retries while no broker answers (one may be restarting)."""
 
-async def fetch_journal_spec(client: JournalClient, journal: str) -> pb.JournalSpec:
-    """The spec of `journal` (any `;meta` suffix is ignored). Raises MessageError if it doesn't exist."""
+
+async def fetch_journal_spec(
+    client: JournalClient, journal: str, *, retry_for: float = SPEC_RETRY_SECONDS
+) -> pb.JournalSpec:
+    """The spec of `journal` (any `;meta` suffix is ignored). Raises MessageError if it doesn't exist,
+    or if no broker answered for `retry_for` seconds (a broker restarting is waited for, as a
+    RetryReader waits)."""
     name = journal.split(";", 1)[0]
     sel = pb.LabelSelector(include=pb.LabelSet(labels=[pb.Label(name="name", value=name)]))
-    try:
-        resp = await list_journals(client, sel)
-    except Exception as e:
-        raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
+    deadline = asyncio.get_running_loop().time() + retry_for
+    attempt = 0
+    while True:
+        try:
+            resp = await list_journals(client, sel)
+            break
+        except TransportError as e:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
+            await asyncio.sleep(backoff(attempt))
+            attempt += 1
+        except Exception as e:
+            raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
     for j in resp.journals:
         if j.spec.name == name:
             return j.spec
