@@ -615,12 +615,6 @@ def two_brokers(etcd_endpoint: str, tmp_path: Path) -> Iterator[BrokerCluster]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=False, reason=(
-    "a known failure while a broker is SIGKILLed (remove this mark once fixed): a primary starting to read its "
-    "source calls fetch_journal_spec (consumer/transaction.py _read_source, and _read_replay) once, unretried, "
-    "through the consumer's --broker.address; UNAVAILABLE while that broker is down FAILS the shard "
-    "('runTransactions: readMessage: fetching journal spec: broker ...: UNAVAILABLE')."
-))
 async def test_exactly_once_while_consumers_and_brokers_are_sigkilled(
     etcd_client: Any, etcd_prefix: str, etcd_endpoint: str, two_brokers: BrokerCluster, tmp_path: Path
 ) -> None:
