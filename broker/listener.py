@@ -437,7 +437,7 @@ class _Splice:
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            self._relay.abort()  # Reset by the peer, or the like: both sides go.
+            self._broken()  # The source was reset: it sent all it will (a unix socket's data comes first).
             return
         if n == 0:
             self._eof = True
@@ -457,7 +457,7 @@ class _Splice:
                     self._writing = True
                 return
             except OSError:
-                self._relay.abort()
+                self._broken()  # The sink is gone: what the pipe holds cannot be delivered.
                 return
             self._in_pipe -= n
         if self._writing:
@@ -465,6 +465,23 @@ class _Splice:
             self._writing = False
         self._resume_reading()
         self._maybe_finish()
+
+    def _broken(self) -> None:
+        """This direction failed (its source reset, or its sink closed): it carries nothing more,
+        and the other one goes on until it ends. Aborting both would drop what the other still
+        holds: a grpc server that answers and closes while the client is still sending makes the
+        write to it fail just as its last reply (a committed append's response) is to be read."""
+        self._eof = True
+        self._pause_reading()
+        if self._writing:
+            self._loop.remove_writer(self._sink.fileno())
+            self._writing = False
+        self._in_pipe = 0
+        if not self.finished:
+            self.finished = True
+            with contextlib.suppress(OSError):
+                self._sink.shutdown(socket.SHUT_WR)
+        self._relay.check_done()
 
     def _maybe_finish(self) -> None:
         if self._eof and not self._in_pipe and not self.finished:

@@ -637,13 +637,6 @@ async def test_kill_and_restart_loses_nothing(cluster: BrokerCluster) -> None:
     await chaos_run(cluster, journals, workload, writers, plan, pause=2.0, appends_may_fail=True)
 
 
-@pytest.mark.skip(
-    reason="issue 14 is open on this: in about 1 of 20 runs one of ~800 appends still fails at the client "
-    "library while a broker stops: an append the broker began (its APPEND_BEGUN marker arrived) ends UNAVAILABLE "
-    "'Stream removed (Socket closed (GOAWAY received ...))' within 0.1 s of the SIGTERM, its response lost between "
-    "the grpc server and the client (suspect: the listener's splice relay aborts both directions when one breaks). "
-    "Nothing is lost. python -m tests.benchmarks.chaos --kinds sigterm reports them."
-)
 async def test_rolling_restart_fails_no_append(cluster: BrokerCluster, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="broker.client")  # Retries are expected; the ledger counts failures.
     journals = create_journals(cluster)
