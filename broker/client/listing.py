@@ -62,15 +62,30 @@ async def iter_list_pages(
         call.cancel()
 
 
-async def list_journals(client: JournalClient, selector: pb.LabelSelector | None = None) -> pb.ListResponse:
-    """Every journal matching `selector` (all if None), joined into one ListResponse, in name order."""
-    out: pb.ListResponse | None = None
-    async for page in iter_list_pages(client, selector):
-        if out is None:
-            out = page
-        else:
-            out.journals.extend(page.journals)
-    return out if out is not None else pb.ListResponse()
+async def list_journals(
+    client: JournalClient, selector: pb.LabelSelector | None = None, *, retry_for: float = 0.0
+) -> pb.ListResponse:
+    """Every journal matching `selector` (all if None), joined into one ListResponse, in name order.
+
+    A transport failure is retried, with backoff, for up to `retry_for` seconds (a broker may be
+    restarting); then, or at once by default, it raises.
+    """
+    deadline = asyncio.get_running_loop().time() + retry_for
+    attempt = 0
+    while True:
+        try:
+            out: pb.ListResponse | None = None
+            async for page in iter_list_pages(client, selector):
+                if out is None:
+                    out = page
+                else:
+                    out.journals.extend(page.journals)
+            return out if out is not None else pb.ListResponse()
+        except TransportError:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            await asyncio.sleep(backoff(attempt))
+            attempt += 1
 
 
 async def watch_journals(

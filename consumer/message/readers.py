@@ -9,7 +9,6 @@ the sequence's range is read again with a second reader.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import TypeVar
@@ -19,10 +18,8 @@ from broker.client import (
     OffsetJump,
     OffsetNotYetAvailable,
     RetryReader,
-    TransportError,
     list_journals,
 )
-from broker.client.retry import backoff
 from broker.protocol import pb
 from consumer.message.decoder import EnvelopeDecoder, NewMessage
 from consumer.message.envelope import Envelope
@@ -46,19 +43,10 @@ async def fetch_journal_spec(
     RetryReader waits)."""
     name = journal.split(";", 1)[0]
     sel = pb.LabelSelector(include=pb.LabelSet(labels=[pb.Label(name="name", value=name)]))
-    deadline = asyncio.get_running_loop().time() + retry_for
-    attempt = 0
-    while True:
-        try:
-            resp = await list_journals(client, sel)
-            break
-        except TransportError as e:
-            if asyncio.get_running_loop().time() >= deadline:
-                raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
-            await asyncio.sleep(backoff(attempt))
-            attempt += 1
-        except Exception as e:
-            raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
+    try:
+        resp = await list_journals(client, sel, retry_for=retry_for)
+    except Exception as e:
+        raise MessageError(f"fetching journal spec: {e}", journal=journal) from e
     for j in resp.journals:
         if j.spec.name == name:
             return j.spec

@@ -46,8 +46,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Final
 
-from broker.client import TransportError, list_journals
-from broker.client.retry import backoff
+from broker.client import list_journals
 from broker.protocol import pb
 from consumer.message import Envelope, Flags, Publisher, get_flags, modulo_mapping
 from consumer.message.mapping import MappingFunc
@@ -182,17 +181,8 @@ class Summer:
 
     async def _refresh_sums(self, shard: Shard) -> None:
         # The broker may be restarting (or its lease expiring): retry for a while before failing the shard.
-        deadline = asyncio.get_running_loop().time() + LIST_RETRY_SECONDS
-        attempt = 0
-        while True:
-            try:
-                sums = await list_journals(shard.journal_client, partitions_selector(SUM_MESSAGE_TYPE, self.prefix))
-                break
-            except TransportError:
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise
-                await asyncio.sleep(backoff(attempt))
-                attempt += 1
+        selector = partitions_selector(SUM_MESSAGE_TYPE, self.prefix)
+        sums = await list_journals(shard.journal_client, selector, retry_for=LIST_RETRY_SECONDS)
         if not sums.journals:
             raise RuntimeError(f"no journals labelled {SUM_MESSAGE_TYPE} under {self.prefix!r} to publish sums to")
         self._sums = sums
