@@ -1,0 +1,47 @@
+"""Recovery log test fixtures: a client and AppendService of the module's real broker, and log journals."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from broker.client import AppendService, JournalClient, Reader
+from broker.protocol import labels
+from tests.broker.client.helpers import create_journal, unique
+from tests.harness import BrokerProcess, journal_spec
+
+NewLog = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def ajc(client: JournalClient) -> AsyncIterator[AppendService]:
+    async with AppendService(client) as svc:
+        yield svc
+
+
+@pytest.fixture
+def new_log(client: JournalClient) -> NewLog:
+    """Creates a journal labelled as a recovery log (or with `content_type`), returning its name."""
+
+    async def make(prefix: str = "recovery/logs", content_type: str = labels.CONTENT_TYPE_RECOVERY_LOG) -> str:
+        spec = journal_spec(unique(prefix), content_type=content_type)
+        await create_journal(client, spec)
+        return spec.name
+
+    return make
+
+
+async def read_all(client: JournalClient, journal: str, offset: int = 0) -> bytes:
+    """The journal's content from `offset` to its write head."""
+    out = b""
+    async with Reader(client, journal, offset=offset, block=False) as reader:
+        async for chunk in reader:
+            out += chunk
+    return out
