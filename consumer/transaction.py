@@ -67,6 +67,8 @@ DEFAULT_READ_CHANNEL_SIZE: Final = 8192
 """Capacity of a shard's MessageChannel when its spec's `read_channel_size` is 0."""
 DEFAULT_RING_BUFFER_SIZE: Final = 8192
 """Ring size of a shard's Sequencer when its spec's `ring_buffer_size` is 0."""
+YIELD_EVERY_STEPS: Final = 256
+"""Steps of a transaction between yields to the event loop while input is queued."""
 SEQUENCER_PRUNE_HORIZON_NS: Final = 24 * 3600 * 10**9
 """Producers idle this long before their journal's newest ACK are dropped from checkpoints."""
 
@@ -534,8 +536,13 @@ class Transactions:
         """
         error: BaseException | None = None
         try:
+            steps = 0
             while not await self.txn_step(txn, prev):
-                pass
+                steps += 1
+                if steps % YIELD_EVERY_STEPS == 0:
+                    # A step suspends only when it waits for an event, so while input is queued
+                    # the loop would starve the readers, the store's commit and the ACK appends.
+                    await asyncio.sleep(0)
         except BaseException as e:
             error = e
             raise
@@ -809,6 +816,7 @@ class Transactions:
     def record_metrics(self, txn: Transaction) -> None:
         """Count a completed transaction and the seconds of each of its phases."""
         fqn = self.shard.fqn
+        phases: dict[str, float] = {}
         SHARD_TXN_TOTAL.labels(fqn).inc()
         SHARD_READ_MSGS_TOTAL.labels(fqn).inc(txn.consumed_count)
         SHARD_READ_BYTES_TOTAL.labels(fqn).inc(txn.consumed_bytes)
@@ -822,9 +830,10 @@ class Transactions:
         ):
             if begin is not None and end is not None and end > begin:
                 SHARD_PHASE_SECONDS_TOTAL.labels(fqn, phase.value, kind).inc((end - begin) / 1e9)
+                phases[f"{phase.name.lower()}_ms"] = round((end - begin) / 1e6, 1)
         log.debug(
             "transaction metrics",
-            extra={"shard": self.shard.id, "messages": txn.consumed_count, "bytes": txn.consumed_bytes},
+            extra={"shard": self.shard.id, "messages": txn.consumed_count, "bytes": txn.consumed_bytes, **phases},
         )
 
     async def _read_replay(self, journal: str, begin: int, end: int) -> list[Envelope[Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 
 from consumer.message.uuid import ProducerID
@@ -33,32 +33,44 @@ class Message(Protocol):
 M = TypeVar("M")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True, init=False)
 class Envelope(Generic[M]):
     """A message and the byte range [begin, end) of its frame within `journal`.
 
     `uuid` is the message's UUID as read; it defaults to `message.get_uuid()`. The Sequencer
     uses this field rather than asking the message, since an application may re-stamp a message
     (e.g. by publishing it) while it is being processed.
+
+    Treat an Envelope as a value: nothing assigns its fields after construction. (It is not a
+    frozen dataclass only because one is built per message read, and a frozen one costs five
+    times as much to build.)
     """
 
     journal: str
     begin: int
     end: int
     message: M
-    uuid: UUID = None  # type: ignore[assignment]  # Filled in by __post_init__.
+    uuid: UUID
 
-    def __post_init__(self) -> None:
-        if self.uuid is None:
-            get_uuid = getattr(self.message, "get_uuid", None)
+    def __init__(self, journal: str, begin: int, end: int, message: M, uuid: UUID | None = None) -> None:
+        self.journal = journal
+        self.begin = begin
+        self.end = end
+        self.message = message
+        if uuid is None:
+            get_uuid = getattr(message, "get_uuid", None)
             if get_uuid is None:
-                raise TypeError(f"Envelope needs a uuid, or a message with get_uuid(): {self.message!r}")
-            object.__setattr__(self, "uuid", get_uuid())
+                raise TypeError(f"Envelope needs a uuid, or a message with get_uuid(): {message!r}")
+            uuid = get_uuid()
+        self.uuid = uuid
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class JournalProducer:
-    """A producer, as seen within one journal."""
+class JournalProducer(NamedTuple):
+    """A producer, as seen within one journal.
+
+    A named tuple, so a plain `(journal, producer)` tuple finds it as a dict key: the Sequencer
+    looks one up per message read without building one.
+    """
 
     journal: str
     producer: ProducerID

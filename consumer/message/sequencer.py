@@ -140,7 +140,8 @@ class Sequencer:
         self._dequeued_clock = 0
         self._dequeued_ring_index = -1
         self._offsets: dict[str, int] = dict(offsets or {})
-        self._partials: dict[JournalProducer, PartialSeq] = {
+        # Looked up by plain (journal, producer) tuples, which equal their JournalProducer keys.
+        self._partials: dict[tuple[str, bytes], PartialSeq] = {
             state.journal_producer: PartialSeq(state.journal_producer, state.last_ack, state.last_ack, state.begin)
             for state in states
         }
@@ -168,16 +169,18 @@ class Sequencer:
             raise SequencerStateError("committed messages remain to dequeue", journal=env.journal, offset=env.begin)
         self._evict_at_head()
 
-        jp = JournalProducer(env.journal, get_producer_id(env.uuid))
-        clock = get_clock(env.uuid)
-        flags = get_flags(env.uuid)
-        partial = self._partials.get(jp)
+        u = env.uuid
+        key = (env.journal, get_producer_id(u))
+        clock = get_clock(u)
+        flags = get_flags(u)
+        partial = self._partials.get(key)
 
         if clock == 0:
             # A zero clock (including the zero UUID) commits at once, untracked.
-            partial = PartialSeq(jp, 0, 0)
+            partial = PartialSeq(JournalProducer(*key), 0, 0)
             flags, clock = Flags.OUTSIDE_TXN, 1
         elif partial is None:
+            jp = JournalProducer(*key)
             partial = PartialSeq(jp, clock - 1, clock - 1)
             self._partials[jp] = partial
 
@@ -396,9 +399,9 @@ class Sequencer:
         `prune_horizon_ns` nanoseconds are forgotten; 0 prunes none. Clears `has_pending`.
         """
         newest: dict[str, int] = {}
-        for jp, partial in self._partials.items():
-            if partial.min_clock > newest.get(jp.journal, 0):
-                newest[jp.journal] = partial.min_clock
+        for (journal, _), partial in self._partials.items():
+            if partial.min_clock > newest.get(journal, 0):
+                newest[journal] = partial.min_clock
         # Clock units are 100 ns, above 4 counter bits. Go's uint64 would wrap below zero; a
         # negative bound prunes nothing, which is what a horizon older than the clock means.
         bounds = {
@@ -406,11 +409,11 @@ class Sequencer:
             for journal, clock in newest.items()
         }
         states: list[ProducerState] = []
-        for jp, partial in list(self._partials.items()):
-            if partial.max_clock >= bounds.get(jp.journal, 0):
-                states.append(ProducerState(jp, partial.min_clock, partial.begin))
+        for key, partial in list(self._partials.items()):
+            if partial.max_clock >= bounds.get(key[0], 0):
+                states.append(ProducerState(partial.jp, partial.min_clock, partial.begin))
             else:
-                del self._partials[jp]
+                del self._partials[key]
         # Sequences still open weren't completed in this transaction; don't make the next wait.
         self._pending.clear()
         return dict(self._offsets), states
@@ -424,8 +427,7 @@ class Sequencer:
         if evicted is None:
             return  # Already empty.
 
-        jp = JournalProducer(evicted.journal, get_producer_id(evicted.uuid))
-        partial = self._partials.get(jp)
+        partial = self._partials.get((evicted.journal, get_producer_id(evicted.uuid)))
         # The evicted envelope may still start its producer's sequence in the ring.
         if partial is not None and partial.ring_start == self._head:
             only = partial.ring_start == partial.ring_stop

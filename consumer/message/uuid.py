@@ -93,23 +93,30 @@ def build_uuid(producer: ProducerID, clock: int, flags: int) -> uuid.UUID:
 
 def get_producer_id(u: uuid.UUID) -> ProducerID:
     """The 6-byte node field of `u`."""
-    return u.bytes[10:16]
+    return (u.int & _NODE_MASK).to_bytes(6, "big")
 
 
 def get_clock(u: uuid.UUID) -> int:
     """The clock of `u`: its 60-bit timestamp shifted left 4, plus the 4-bit counter."""
-    b = u.bytes
-    clock = int.from_bytes(b[0:4], "big") << 4
-    clock |= int.from_bytes(b[4:6], "big") << 36
-    # The version nibble lands in bits 64-67 and falls off the uint64, as in Go.
-    clock |= int.from_bytes(b[6:8], "big") << 52
-    clock |= (b[8] >> 2) & 0xF
+    # From the UUID's integer rather than its bytes: this runs twice per message read.
+    n = u.int
+    clock = ((n >> 96) & 0xFFFFFFFF) << 4  # time_low
+    clock |= ((n >> 80) & 0xFFFF) << 36  # time_mid
+    # time_hi and version: the version nibble lands in bits 64-67 and falls off the uint64, as in Go.
+    clock |= ((n >> 64) & 0xFFFF) << 52
+    clock |= (n >> 58) & 0xF  # The counter, in the clock sequence's bits 10-13.
     return clock & CLOCK_MASK
 
 
 def get_flags(u: uuid.UUID) -> int:
     """The 10 low bits of the clock sequence of `u`."""
-    return int.from_bytes(u.bytes[8:10], "big") & FLAGS_MASK
+    return (u.int >> 48) & FLAGS_MASK
+
+
+_NODE_MASK = (1 << 48) - 1
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 
 
 def parse_uuid(text: str) -> uuid.UUID:
@@ -118,6 +125,17 @@ def parse_uuid(text: str) -> uuid.UUID:
     Accepted: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the same with a `urn:uuid:` prefix or
     wrapped in one character each side (`{...}`), or 32 hex digits.
     """
+    if len(text) == 36 and text[8] == "-" and text[13] == "-" and text[18] == "-" and text[23] == "-":
+        # The canonical form, as every message carries it: parsed without re-validating.
+        digits = text[0:8] + text[9:13] + text[14:18] + text[19:23] + text[24:36]
+        if digits.isascii():
+            try:
+                raw = bytes.fromhex(digits)
+            except ValueError:
+                raw = b""
+            if len(raw) == 16:  # fromhex skips whitespace: a shorter result had some.
+                return _uuid_of(int.from_bytes(raw, "big"))
+
     raw = text.encode("utf-8", errors="surrogateescape")
     # google/uuid measures Go strings, which are bytes.
     if len(raw) == 36 + 9:
@@ -135,6 +153,15 @@ def parse_uuid(text: str) -> uuid.UUID:
     if raw[8:9] != b"-" or raw[13:14] != b"-" or raw[18:19] != b"-" or raw[23:24] != b"-":
         raise UUIDError("invalid UUID format")
     return _from_hex(raw[0:8] + raw[9:13] + raw[14:18] + raw[19:23] + raw[24:36])
+
+
+def _uuid_of(value: int) -> uuid.UUID:
+    """`uuid.UUID(int=value)` for a 128-bit `value`, without its argument checks (a third of the
+    cost of reading a message's UUID). It sets the same two slots `UUID.__init__` sets."""
+    u = _new_object(uuid.UUID)
+    _set_attribute(u, "int", value)
+    _set_attribute(u, "is_safe", _UNKNOWN_SAFETY)
+    return u
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import enum
 import json
 import re
 import types
@@ -96,18 +97,19 @@ class JSONFraming(Framing):
     def unmarshal(self, frame: Frame | bytes, message: T) -> T:
         data = frame.data if isinstance(frame, Frame) else frame
         try:
-            if isinstance(message, JSONUnmarshaler):
-                message.unmarshal_json(data.rstrip(b"\n"))
+            kind = _message_kind(type(message))
+            if kind is _Kind.UNMARSHALER:
+                message.unmarshal_json(data.rstrip(b"\n"))  # type: ignore[attr-defined]
                 return message
             # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
-            value = json.loads(data.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
-            if isinstance(message, MutableMapping):
+            value = _DECODER.decode(data.decode("utf-8", errors="replace"))
+            if kind is _Kind.DATACLASS:
+                _decode_dataclass(value, message)
+            elif kind is _Kind.MAPPING:
                 if not isinstance(value, dict):
                     raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
-                message.clear()
-                message.update(value)
-            elif dataclasses.is_dataclass(message) and not isinstance(message, type):
-                _decode_dataclass(value, message)
+                message.clear()  # type: ignore[attr-defined]
+                message.update(value)  # type: ignore[attr-defined]
             else:
                 raise TypeError(f"{type(message).__name__} is not a dataclass, a mapping or a JSONUnmarshaler")
         except Exception as e:
@@ -116,6 +118,35 @@ class JSONFraming(Framing):
 
     def unpacker(self, journal: str = "", offset: int = 0, *, max_frame_size: int | None = None) -> Unpacker:
         return LineUnpacker(self, journal, offset, max_frame_size)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+class _Kind(enum.Enum):
+    UNMARSHALER = "unmarshaler"
+    MAPPING = "mapping"
+    DATACLASS = "dataclass"
+    OTHER = "other"
+
+
+_kinds: dict[type, _Kind] = {}
+
+
+def _message_kind(cls: type) -> _Kind:
+    """How messages of `cls` decode, decided once per class (runtime Protocol checks are slow)."""
+    kind = _kinds.get(cls)
+    if kind is None:
+        if issubclass(cls, JSONUnmarshaler):
+            kind = _Kind.UNMARSHALER
+        elif issubclass(cls, MutableMapping):
+            kind = _Kind.MAPPING
+        elif dataclasses.is_dataclass(cls):
+            kind = _Kind.DATACLASS
+        else:
+            kind = _Kind.OTHER
+        _kinds[cls] = kind
+    return kind
 
 
 def _json_kind(value: object) -> str:
@@ -130,18 +161,18 @@ def _json_kind(value: object) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-_uuid_fields_cache: dict[type, tuple[dict[str, str], frozenset[str]]] = {}
+_layouts: dict[type, tuple[frozenset[str], dict[str, str], frozenset[str]]] = {}
 
 
-def _dataclass_layout(cls: type) -> tuple[dict[str, str], frozenset[str]]:
-    """(lower-cased name -> field name, names of UUID-typed fields) of a dataclass."""
-    layout = _uuid_fields_cache.get(cls)
+def _dataclass_layout(cls: type) -> tuple[frozenset[str], dict[str, str], frozenset[str]]:
+    """(field names, lower-cased name -> field name, names of UUID-typed fields) of a dataclass."""
+    layout = _layouts.get(cls)
     if layout is None:
         names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
         hints = typing.get_type_hints(cls)
         uuid_fields = frozenset(n for n in names if _is_uuid_type(hints.get(n)))
-        layout = ({n.lower(): n for n in reversed(names)}, uuid_fields)
-        _uuid_fields_cache[cls] = layout
+        layout = (frozenset(names), {n.lower(): n for n in reversed(names)}, uuid_fields)
+        _layouts[cls] = layout
     return layout
 
 
@@ -158,8 +189,7 @@ def _decode_dataclass(value: object, message: object) -> None:
         return  # Go leaves the target untouched for `null`.
     if not isinstance(value, dict):
         raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
-    by_lower, uuid_fields = _dataclass_layout(type(message))
-    exact = set(by_lower.values())
+    exact, by_lower, uuid_fields = _dataclass_layout(type(message))
     for key, item in value.items():
         name = key if key in exact else by_lower.get(key.lower())
         if name is None:
