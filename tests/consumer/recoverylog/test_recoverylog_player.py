@@ -1,0 +1,312 @@
+"""Recorder and Player against a real broker: a recorded directory plays back byte for byte,
+hints skip dead files, a tailing player sees new ops, and a hand-off fences the old recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.client import AppendService, JournalClient, RegisterMismatch
+from consumer.protocol import recoverylog_pb
+from consumer.recoverylog.errors import ContentTypeError, PlaybackError, RecorderFailedError
+from consumer.recoverylog.fsm import FSM
+from consumer.recoverylog.player import FNODE_STAGING_DIR, Player, Resolved
+from consumer.recoverylog.recorder import FileRecorder, Recorder
+from tests.consumer.recoverylog.conftest import NewLog
+
+FSMHints = recoverylog_pb.FSMHints
+TIMEOUT = 30
+
+
+class RecordedDir:
+    """Changes files under `root` and records each change with `rec`."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.root = Path(rec.dir)
+        self.files: dict[str, FileRecorder] = {}
+
+    def create(self, rel: str, data: bytes = b"") -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        self.files[rel] = FileRecorder(self.rec, self.rec.record_create(path))
+        if data:
+            self.append(rel, data)
+
+    def append(self, rel: str, data: bytes) -> None:
+        with open(self.root / rel, "ab") as f:
+            f.write(data)
+        self.files[rel].record_write(data)
+
+    def write_at(self, rel: str, data: bytes, offset: int) -> None:
+        with open(self.root / rel, "r+b") as f:
+            f.seek(offset)
+            f.write(data)
+        self.files[rel].record_write_at(data, offset)
+
+    def link(self, src: str, dst: str) -> None:
+        os.link(self.root / src, self.root / dst)
+        self.rec.record_link(self.root / src, self.root / dst)
+        self.files[dst] = self.files[src]
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(self.root / src, self.root / dst)
+        self.rec.record_rename(self.root / src, self.root / dst)
+        self.files[dst] = self.files.pop(src)
+
+    def remove(self, rel: str) -> None:
+        os.remove(self.root / rel)
+        self.rec.record_remove(self.root / rel)
+        del self.files[rel]
+
+
+def without_offsets(hints: FSMHints) -> FSMHints:
+    out = FSMHints()
+    out.CopyFrom(hints)
+    for node in out.live_nodes:
+        for seg in node.segments:
+            seg.first_offset = seg.last_offset = 0
+    return out
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under `root`, by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def play_to_head(hints: FSMHints, dir: Path, client: JournalClient, ajc: AppendService) -> Resolved:
+    player = Player()
+    player.finish_at_write_head()
+    return await asyncio.wait_for(player.play(hints, dir, client, ajc), TIMEOUT)
+
+
+def record_fixture(d: RecordedDir) -> None:
+    d.create("a.txt", b"hello, ")
+    d.append("a.txt", b"world")
+    d.create("dir/sub/b.bin", os.urandom(300_000))  # Larger than a read chunk.
+    d.write_at("dir/sub/b.bin", b"PATCHED", 1000)
+    d.create("doomed", b"x" * 5000)
+    d.link("a.txt", "a-link.txt")
+    d.create("tmp-c", b"c content")
+    d.rename("tmp-c", "c.txt")
+    d.create("over", b"first version")
+    d.create("over", b"second")  # Truncates: a new Fnode.
+    d.remove("doomed")
+    d.create("tmp-identity", b"")
+    (d.root / "tmp-identity").write_bytes(b"the-guid")
+    os.rename(d.root / "tmp-identity", d.root / "IDENTITY")
+    d.rec.record_rename(d.root / "tmp-identity", d.root / "IDENTITY")  # A property.
+    d.create("empty")
+
+
+async def test_playback_reproduces_the_recorded_directory(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1234, str(src), ajc)
+    d = RecordedDir(rec)
+    record_fixture(d)
+    hints = await rec.build_hints()
+    expect = tree(src)
+    assert set(expect) == {"a.txt", "a-link.txt", "dir/sub/b.bin", "c.txt", "over", "IDENTITY", "empty"}
+
+    # From the log's start, without hints.
+    full = await play_to_head(FSMHints(log=log), tmp_path / "full", client, ajc)
+    assert tree(tmp_path / "full") == expect
+    assert not (tmp_path / "full" / FNODE_STAGING_DIR).exists()
+    assert os.stat(tmp_path / "full" / "a.txt").st_ino == os.stat(tmp_path / "full" / "a-link.txt").st_ino
+    assert full.fsm.next_seq_no == rec.fsm.next_seq_no
+    assert full.fsm.next_checksum == rec.fsm.next_checksum
+    assert full.fsm.links == rec.fsm.links
+
+    # With the recorder's hints: the same files, and the same FSM.
+    hinted = await play_to_head(hints, tmp_path / "hinted", client, ajc)
+    assert tree(tmp_path / "hinted") == expect
+    # Playback knows the ops' exact offsets, where the recorder had lower bounds.
+    rebuilt = hinted.fsm.build_hints(log)
+    assert without_offsets(rebuilt) == without_offsets(hints)
+    for got, want in zip((s for n in rebuilt.live_nodes for s in n.segments),
+                         (s for n in hints.live_nodes for s in n.segments), strict=True):
+        assert got.first_offset >= want.first_offset and got.last_offset > got.first_offset
+    assert (hinted.log, hinted.dir) == (log, str(tmp_path / "hinted"))
+
+
+async def test_hints_skip_dead_files(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                     tmp_path: Path) -> None:
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1234, str(src), ajc)
+    d = RecordedDir(rec)
+    d.create("dead", b"d" * 200_000)
+    await rec.barrier()
+    d.create("live", b"alive")
+    d.remove("dead")
+    hints = await rec.build_hints()
+    assert [n.fnode for n in hints.live_nodes] == [3]
+    assert hints.live_nodes[0].segments[0].first_offset > 200_000  # Past the dead file's ops.
+
+    # A player given the hints starts past the dead file; the file never appears.
+    player = Player()
+    task = asyncio.ensure_future(player.play(hints, tmp_path / "out", client, ajc))
+    await asyncio.wait_for(player.tailing.wait(), TIMEOUT)
+    assert sorted(os.listdir(tmp_path / "out" / FNODE_STAGING_DIR)) == ["3"]
+    player.finish_at_write_head()
+    resolved = await asyncio.wait_for(task, TIMEOUT)
+    assert tree(tmp_path / "out") == {"live": b"alive"}
+    assert resolved.fsm.next_seq_no == rec.fsm.next_seq_no
+    assert player.done.is_set() and player.resolved is resolved
+
+
+async def test_tailing_player_sees_new_ops(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                           tmp_path: Path) -> None:
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1234, str(src), ajc)
+    d = RecordedDir(rec)
+    d.create("before", b"1")
+    await rec.barrier()
+
+    player = Player()
+    out = tmp_path / "standby"
+    task = asyncio.ensure_future(player.play(FSMHints(log=log), out, client, ajc))
+    await asyncio.wait_for(player.tailing.wait(), TIMEOUT)
+    staged = out / FNODE_STAGING_DIR
+
+    # Ops recorded now reach the tailing player.
+    d.create("after", b"live data")
+    await rec.barrier()
+    async with asyncio.timeout(TIMEOUT):
+        while not ((staged / "3").exists() and (staged / "3").read_bytes() == b"live data"):
+            await asyncio.sleep(0.02)
+    assert not task.done()
+
+    player.finish_at_write_head()
+    await asyncio.wait_for(task, TIMEOUT)
+    assert tree(out) == tree(src) == {"before": b"1", "after": b"live data"}
+
+
+async def test_inject_handoff_fences_the_recorder(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                                  tmp_path: Path) -> None:
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    old = await Recorder.open(log, FSM(FSMHints(log=log)), 1111, str(src), ajc)
+    d = RecordedDir(old)
+    d.create("one", b"from the old primary")
+    hints = await old.build_hints()
+
+    # A standby plays the log and takes it over for author 2222.
+    standby = tmp_path / "standby"
+    player = Player()
+    task = asyncio.ensure_future(player.play(hints, standby, client, ajc))
+    await asyncio.wait_for(player.tailing.wait(), TIMEOUT)
+    player.inject_handoff(2222)
+    resolved = await asyncio.wait_for(task, TIMEOUT)
+    assert tree(standby) == {"one": b"from the old primary"}
+    with pytest.raises(RuntimeError, match="already called"):
+        player.finish_at_write_head()
+
+    # The old recorder is fenced: its next append fails with REGISTER_MISMATCH.
+    d.create("zombie", b"lost")
+    with pytest.raises(RecorderFailedError) as info:
+        await asyncio.wait_for(old.barrier(), TIMEOUT)
+    assert isinstance(info.value.__cause__, RegisterMismatch)
+
+    # The new primary records on from the played FSM, in the same log.
+    new = await Recorder.open(resolved.log, resolved.fsm, 2222, str(standby), ajc)
+    nd = RecordedDir(new)
+    nd.files["one"] = FileRecorder(new, new.fsm.links["/one"], len(b"from the old primary"))
+    nd.append("one", b", and the new one")
+    nd.create("two", b"new")
+    hints2 = await new.build_hints()
+
+    # Playing the whole log, or the new hints, gives the new primary's view: no zombie write.
+    expect = {"one": b"from the old primary, and the new one", "two": b"new"}
+    assert tree(standby) == expect
+    whole = await play_to_head(FSMHints(log=log), tmp_path / "all", client, ajc)
+    assert tree(Path(whole.dir)) == expect
+    hinted = await play_to_head(hints2, tmp_path / "hinted", client, ajc)
+    assert tree(Path(hinted.dir)) == expect
+    assert whole.fsm.next_checksum == hinted.fsm.next_checksum == new.fsm.next_checksum
+
+
+async def test_playback_follows_hints_across_logs(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                                  tmp_path: Path) -> None:
+    first, second = await new_log(), await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(first, FSM(FSMHints(log=first)), 1, str(src), ajc)
+    d = RecordedDir(rec)
+    d.create("old", b"in the first log")
+    # A new primary recovers from the first log, then records to the second (a log change).
+    played = await play_to_head(await rec.build_hints(), tmp_path / "played", client, ajc)
+    rec2 = await Recorder.open(second, played.fsm, 2, played.dir, ajc)
+    d2 = RecordedDir(rec2)
+    d2.files["old"] = FileRecorder(rec2, rec2.fsm.links["/old"], len(b"in the first log"))
+    d2.append("old", b", continued in the second")
+    d2.create("new", b"in the second log")
+    hints = await rec2.build_hints()
+    assert {s.log for n in hints.live_nodes for s in n.segments} == {first, ""}
+    resolved = await play_to_head(hints, tmp_path / "out", client, ajc)
+    assert tree(tmp_path / "out") == tree(tmp_path / "played") == {
+        "old": b"in the first log, continued in the second", "new": b"in the second log"}
+    assert resolved.fsm.last_log == second
+    assert tree(src) == {"old": b"in the first log"}
+
+
+async def test_playback_refuses_a_log_without_the_content_type(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    log = await new_log(content_type="application/x-ndjson")
+    player = Player()
+    player.finish_at_write_head()
+    with pytest.raises(ContentTypeError, match=r"^expected label content-type value "
+                                               r"application/x-gazette-recoverylog \(got application/x-ndjson\)"):
+        await player.play(FSMHints(log=log), tmp_path / "out", client, ajc)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(PlaybackError, match="named journal does not exist"):
+        await Player().play(FSMHints(log="does/not/exist"), tmp_path / "out", client, ajc)
+
+
+async def test_playback_with_unusable_hints_fails(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                                 tmp_path: Path) -> None:
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1, str(src), ajc)
+    RecordedDir(rec).create("f", b"data")
+    hints = await rec.build_hints()
+    # Hints pointing past the write head: possible data loss.
+    hints.live_nodes[0].segments[0].first_offset = 1 << 20
+    player = Player()
+    player.finish_at_write_head()
+    with pytest.raises(PlaybackError, match="possible data loss"):
+        await player.play(hints, tmp_path / "out", client, ajc)
+    assert not (tmp_path / "out").exists()
+    # Hints of a history the log does not hold (another author): they are never used up.
+    hints = await rec.build_hints()
+    hints.live_nodes[0].segments[0].author = 99
+    with pytest.raises(PlaybackError, match="FSM has unused hints; possible data loss"):
+        await asyncio.wait_for(Player().play(hints, tmp_path / "out", client, ajc), TIMEOUT)
+
+
+async def test_cancelled_playback_removes_the_directory(client: JournalClient, ajc: AppendService,
+                                                        new_log: NewLog, tmp_path: Path) -> None:
+    log = await new_log()
+    player = Player()
+    task = asyncio.ensure_future(player.play(FSMHints(log=log), tmp_path / "out", client, ajc))
+    await asyncio.wait_for(player.tailing.wait(), TIMEOUT)
+    assert (tmp_path / "out" / FNODE_STAGING_DIR).is_dir()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not (tmp_path / "out").exists()
+    assert player.done.is_set() and player.resolved is None
