@@ -378,7 +378,10 @@ async def _play(
                     state = _State.COMPLETE
                     ok = True
                     return Resolved(hints.log, fsm, dir)
-                state = _State.INJECT_HANDOFF_AT_HEAD  # Another writer won the race: inject again.
+                # Another writer won the race: inject again at the new head.
+                log.info("hand-off no-op lost a race; injecting again",
+                         extra={"log": read_log, "offset": offset, "seq_no": op.seq_no, "author": handoff})
+                state = _State.INJECT_HANDOFF_AT_HEAD
             offset = op.last_offset
     finally:
         handoff_wait.cancel()

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import AppendService, JournalClient, RegisterMismatch
+from broker.client import Appender, AppendService, JournalClient, RegisterMismatch
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog.errors import ContentTypeError, PlaybackError, RecorderFailedError
 from consumer.recoverylog.fsm import FSM
+from consumer.recoverylog.ops import author_fence, encode_op, write_op
 from consumer.recoverylog.player import FNODE_STAGING_DIR, Player, Resolved
 from consumer.recoverylog.recorder import FileRecorder, Recorder
 from tests.consumer.recoverylog.conftest import NewLog
@@ -310,3 +311,62 @@ async def test_cancelled_playback_removes_the_directory(client: JournalClient, a
         await task
     assert not (tmp_path / "out").exists()
     assert player.done.is_set() and player.resolved is None
+
+
+async def test_raced_inject_handoff(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                    tmp_path: Path) -> None:
+    """Gazette's TestPlayWithInjectHandoff: garbage in the log, a recorder that ignores the fence,
+    and a write racing the hand-off's first no-op; both players see the same history."""
+    log = await new_log()
+    await ajc.append(log, b"irrelevant preceding content")
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1234, str(src), ajc)
+    f = FileRecorder(rec, rec.record_create(src / "foo" / "bar"))
+    hints = await rec.build_hints()
+
+    handoff_player, tail_player = Player(), Player()
+    handoff_task = asyncio.ensure_future(handoff_player.play(hints, tmp_path / "one", client, ajc))
+    tail_task = asyncio.ensure_future(tail_player.play(hints, tmp_path / "two", client, ajc))
+
+    f.record_write(b"hello")
+    await rec.barrier()
+    await ajc.append(log, b"... bad interleaved raw data ...")
+    FileRecorder(rec, rec.record_create(src / "baz")).record_write(b"bing")
+    await rec.barrier()
+
+    # Break the fence on purpose: |rec| writes on after the hand-off.
+    rec.disable_register_checks()
+
+    # A raw append of garbage and a sequenced write, held open to race the first injection.
+    op = write_op(f.fnode, f.offset, 6)
+    op.author, op.seq_no, op.checksum = rec.author, rec.fsm.next_seq_no, rec.fsm.next_checksum
+    frame, op_bytes = encode_op(op)
+    op.log, op.first_offset = log, rec.write_head
+    rec.fsm.apply(op, op_bytes)
+    f.offset += 6
+    appender = Appender(client, log)
+    await appender.write(b"... more garbage ..." + frame + b" world")
+
+    async def release() -> None:
+        await asyncio.sleep(0.02)
+        await appender.commit()
+
+    releasing = asyncio.ensure_future(release())
+    handoff_player.inject_handoff(1337)
+    one = await asyncio.wait_for(handoff_task, TIMEOUT)
+    await releasing
+
+    f.record_write(b"final write of rec, ignored because the hand-off was injected")
+    await rec.barrier()
+    tail_player.finish_at_write_head()
+    two = await asyncio.wait_for(tail_task, TIMEOUT)
+
+    # Both players saw the same history, and recovered the same content.
+    expect = {"foo/bar": b"hello world", "baz": b"bing"}
+    assert tree(Path(one.dir)) == tree(Path(two.dir)) == expect
+    assert one.fsm.build_hints(log) == two.fsm.build_hints(log)
+    # They branched from |rec|'s view of history.
+    assert (await rec.build_hints()) != two.fsm.build_hints(log)
+    # The hand-off put its author's fence in the log's registers.
+    assert (await rec.barrier()).registers == author_fence(1337)
