@@ -333,7 +333,7 @@ async def _play(
                     continue
                 raise PlaybackError(f"unexpected head of log in state {state.value}", log=read_log, offset=offset)
             if isinstance(error, OffsetJump):
-                jump_to = error.to if error.to is not None else reader.offset
+                jump_to = error.to
                 segs = fsm.hinted_segments
                 if segs and segs[0].last_offset != 0 and segs[0].last_offset < jump_to:
                     raise PlaybackError(
@@ -492,12 +492,11 @@ def _make_live(dir: str, fsm: FSM, files: dict[int, IO[bytes]]) -> None:
                                           "next_checksum": fsm.next_checksum, "last_log": fsm.last_log})
     try:
         for fnode, node in fsm.live_nodes.items():
-            f = files.pop(fnode)
             for link in node.links:
                 target = _target(dir, link)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 os.link(_staged_path(dir, fnode), target)
-            f.close()
+            files.pop(fnode).close()  # Popped once closed: an abort closes those left.
             os.remove(_staged_path(dir, fnode))
         if files:
             raise PlaybackError(f"backing files not in FSM: {sorted(files)}", log=fsm.last_log)

@@ -13,7 +13,7 @@ from broker.client import Appender, AppendService, JournalClient, RegisterMismat
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog.errors import ContentTypeError, PlaybackError, RecorderFailedError
 from consumer.recoverylog.fsm import FSM
-from consumer.recoverylog.ops import author_fence, encode_op, write_op
+from consumer.recoverylog.ops import RecordedOp, author_fence, encode_op, write_op
 from consumer.recoverylog.player import FNODE_STAGING_DIR, Player, Resolved
 from consumer.recoverylog.recorder import FileRecorder, Recorder
 from tests.consumer.recoverylog.conftest import NewLog
@@ -289,13 +289,15 @@ async def test_playback_with_unusable_hints_fails(client: JournalClient, ajc: Ap
     hints.live_nodes[0].segments[0].first_offset = 1 << 20
     player = Player()
     player.finish_at_write_head()
-    with pytest.raises(PlaybackError, match="possible data loss"):
+    with pytest.raises(PlaybackError,
+                       match=rf"^max write-head of {log} is \d+, vs hinted segment .*; possible data loss"):
         await player.play(hints, tmp_path / "out", client, ajc)
     assert not (tmp_path / "out").exists()
     # Hints of a history the log does not hold (another author): they are never used up.
     hints = await rec.build_hints()
     hints.live_nodes[0].segments[0].author = 99
-    with pytest.raises(PlaybackError, match="FSM has unused hints; possible data loss"):
+    with pytest.raises(PlaybackError, match=rf"^offset {log}:\d+ >= readThrough \d+, but FSM has unused hints; "
+                                            "possible data loss"):
         await asyncio.wait_for(Player().play(hints, tmp_path / "out", client, ajc), TIMEOUT)
 
 
@@ -370,3 +372,20 @@ async def test_raced_inject_handoff(client: JournalClient, ajc: AppendService, n
     assert (await rec.build_hints()) != two.fsm.build_hints(log)
     # The hand-off put its author's fence in the log's registers.
     assert (await rec.barrier()).registers == author_fence(1337)
+
+
+def test_make_live_refuses_paths_leaving_the_directory(tmp_path: Path) -> None:
+    """A log naming `/../x` (never written by a Recorder, which cleans paths) cannot escape `dir`."""
+    from consumer.recoverylog.player import _make_live  # The step under test has no public entry.
+
+    fsm = FSM(FSMHints(log="a/log"))
+    op = RecordedOp(seq_no=1, author=1, create=RecordedOp.Create(path="/../escape"), log="a/log")
+    _, op_bytes = encode_op(op)
+    fsm.apply(op, op_bytes)
+    (tmp_path / "dir" / FNODE_STAGING_DIR).mkdir(parents=True)
+    staged = tmp_path / "dir" / FNODE_STAGING_DIR / "1"
+    files = {1: open(staged, "xb")}
+    with pytest.raises(PlaybackError, match="leaves the playback directory"):
+        _make_live(str(tmp_path / "dir"), fsm, files)
+    files.pop(1).close()  # Still held for the abort's cleanup.
+    assert not (tmp_path / "escape").exists()
