@@ -301,7 +301,6 @@ async def _play(
                 if state not in (_State.BACKFILL, _State.TAIL):
                     raise PlaybackError(f"unexpected hand-off signal in state {state.value}", log=read_log)
                 state = _State.EXIT_AT_HEAD if handoff == 0 else _State.INJECT_HANDOFF_AT_HEAD
-                continue
             if not peek.done():
                 continue
             error = peek.exception()

@@ -128,6 +128,11 @@ class Recorder:
         return self._failed
 
     @property
+    def pending_bytes(self) -> int:
+        """Recorded bytes not yet committed (a caller may wait on `barrier()` to bound them)."""
+        return sum(b.size for b in self._batches)
+
+    @property
     def check_registers(self) -> bpb.LabelSelector | None:
         """The register selector each append carries (None when unchecked)."""
         return self._request.check_registers if self._request.HasField("check_registers") else None
@@ -371,6 +376,8 @@ class Recorder:
 
     async def close(self) -> None:
         """Stop appending: pending barriers fail, and the Recorder can record no more."""
+        if self._failed is None:
+            self._failed = RecorderFailedError("recorder closed", log=self.log, author=self.author)
         task = self._task
         if task is not None:
             task.cancel()

@@ -228,3 +228,17 @@ async def test_closed_append_service_fails_barriers(client: JournalClient, new_l
     with pytest.raises(RecorderFailedError, match="append failed"):
         await rec.barrier()
     await rec.close()
+
+
+async def test_pending_bytes_and_close(ajc: AppendService, new_log: NewLog) -> None:
+    log = await new_log()
+    rec = await start(log, ajc)
+    FileRecorder(rec, rec.record_create("/strip/f")).record_write(b"x" * 1000)
+    assert rec.pending_bytes > 1000
+    await rec.flush()
+    assert rec.pending_bytes == 0
+    await rec.close()
+    with pytest.raises(RecorderFailedError, match="recorder closed"):
+        rec.record_create("/strip/g")
+    with pytest.raises(RecorderFailedError, match="recorder closed"):
+        await rec.barrier()
