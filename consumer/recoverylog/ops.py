@@ -100,9 +100,6 @@ def property_op(path: str, content: str) -> RecordedOp:
     return RecordedOp(property=recoverylog_pb.Property(path=path, content=content))
 
 
-OP_KINDS = ("create", "link", "unlink", "write", "property")
-
-
 def is_noop(op: RecordedOp) -> bool:
     """Whether the op has none of create, link, unlink, write or property: a hand-off barrier."""
     return not (
