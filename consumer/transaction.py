@@ -67,7 +67,7 @@ DEFAULT_READ_CHANNEL_SIZE: Final = 8192
 """Capacity of a shard's MessageChannel when its spec's `read_channel_size` is 0."""
 DEFAULT_RING_BUFFER_SIZE: Final = 8192
 """Ring size of a shard's Sequencer when its spec's `ring_buffer_size` is 0."""
-YIELD_EVERY_STEPS: Final = 256
+YIELD_EVERY_STEPS: Final = 128
 """Steps of a transaction between yields to the event loop while input is queued."""
 SEQUENCER_PRUNE_HORIZON_NS: Final = 24 * 3600 * 10**9
 """Producers idle this long before their journal's newest ACK are dropped from checkpoints."""
@@ -164,16 +164,27 @@ class MessageChannel:
         """Queue `item`; raises ChannelClosed if closed, asyncio.QueueFull if full."""
         if self._closed:
             raise ChannelClosed("send on a closed MessageChannel")
-        if len(self._items) >= self.capacity:
+        items = self._items
+        if len(items) >= self.capacity:
             raise asyncio.QueueFull
-        self._items.append(item)
-        self._update()
+        items.append(item)
+        # Only the events this can change (this runs once per message).
+        self._readable.set()
+        if len(items) >= self.capacity:
+            self._writable.clear()
 
     async def send(self, item: Envelope[Any] | Exception) -> None:
-        """Queue `item`, waiting while the channel is full; raises ChannelClosed if it is (or becomes) closed."""
+        """Queue `item`, waiting while the channel is full; raises ChannelClosed if it is (or becomes) closed.
+
+        Use `send_nowait` when `has_room()`: it saves a coroutine per item.
+        """
         while not self._closed and len(self._items) >= self.capacity:
             await self._writable.wait()
         self.send_nowait(item)
+
+    def has_room(self) -> bool:
+        """Whether `send_nowait` would queue an item now (the channel is neither full nor closed)."""
+        return not self._closed and len(self._items) < self.capacity
 
     def close(self) -> None:
         """No more items: once the queued ones are received, `poll()` returns CLOSED."""
@@ -182,9 +193,13 @@ class MessageChannel:
 
     def poll(self) -> Envelope[Any] | Exception | _Marker:
         """The next item, EMPTY if none is queued, or CLOSED if none ever will be."""
-        if self._items:
-            item = self._items.popleft()
-            self._update()
+        items = self._items
+        if items:
+            item = items.popleft()
+            # Only the events this can change (this runs once per message).
+            if not items and not self._closed:
+                self._readable.clear()
+            self._writable.set()
             return item
         return CLOSED if self._closed else EMPTY
 
@@ -595,6 +610,14 @@ class Transactions:
             else:
                 assert not isinstance(value, int)
                 await self.txn_read(txn, prev, value)
+                if txn.channel is not None and self.sequencer.dequeued is not None:
+                    # The message read is ready to consume: take the next step now, as the next
+                    # call would (half the per-message overhead of the loop).
+                    tick = self.timer.poll()
+                    if tick is not None:
+                        self.txn_tick(txn, tick)
+                    else:
+                        await self.txn_consume(txn)
             return False
 
         # The input stalled.
@@ -910,7 +933,10 @@ async def _read_source(
     try:
         spec = await fetch_journal_spec(client, journal)
         async for env in read_uncommitted(client, journal, offset, _factory(app, spec), block=True, spec=spec):
-            await channel.send(env)
+            if channel.has_room():
+                channel.send_nowait(env)
+            else:
+                await channel.send(env)
     except ChannelClosed:
         return  # Nobody reads any more.
     except Exception as e:
