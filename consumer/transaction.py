@@ -610,14 +610,6 @@ class Transactions:
             else:
                 assert not isinstance(value, int)
                 await self.txn_read(txn, prev, value)
-                if txn.channel is not None and self.sequencer.dequeued is not None:
-                    # The message read is ready to consume: take the next step now, as the next
-                    # call would (half the per-message overhead of the loop).
-                    tick = self.timer.poll()
-                    if tick is not None:
-                        self.txn_tick(txn, tick)
-                    else:
-                        await self.txn_consume(txn)
             return False
 
         # The input stalled.
