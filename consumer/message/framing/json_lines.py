@@ -102,7 +102,7 @@ class JSONFraming(Framing):
                 message.unmarshal_json(data.rstrip(b"\n"))  # type: ignore[attr-defined]
                 return message
             # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
-            value = _DECODER.decode(data.decode("utf-8", errors="replace"))
+            value = _decode_json(data.decode("utf-8", errors="replace"))
             if kind is _Kind.DATACLASS:
                 _decode_dataclass(value, message)
             elif kind is _Kind.MAPPING:
@@ -121,6 +121,19 @@ class JSONFraming(Framing):
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_scan_once = _DECODER.scan_once
+
+
+def _decode_json(text: str) -> object:
+    """One JSON document: `text` as a frame holds it (`{...}\\n`) straight through the decoder's
+    scanner, anything else (leading space, trailing garbage, an error) through `decode`."""
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        return _DECODER.decode(text)  # Raises the decoder's own error (or handles leading space).
+    if end == len(text) or (end == len(text) - 1 and text[end] == "\n"):
+        return value
+    return _DECODER.decode(text)
 
 
 class _Kind(enum.Enum):
@@ -161,17 +174,18 @@ def _json_kind(value: object) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-_layouts: dict[type, tuple[frozenset[str], dict[str, str], frozenset[str]]] = {}
+_layouts: dict[type, tuple[dict[str, tuple[str, bool]], dict[str, tuple[str, bool]]]] = {}
 
 
-def _dataclass_layout(cls: type) -> tuple[frozenset[str], dict[str, str], frozenset[str]]:
-    """(field names, lower-cased name -> field name, names of UUID-typed fields) of a dataclass."""
+def _dataclass_layout(cls: type) -> tuple[dict[str, tuple[str, bool]], dict[str, tuple[str, bool]]]:
+    """Of a dataclass: (field name -> (field name, is UUID-typed), lower-cased name -> the same)."""
     layout = _layouts.get(cls)
     if layout is None:
         names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
         hints = typing.get_type_hints(cls)
-        uuid_fields = frozenset(n for n in names if _is_uuid_type(hints.get(n)))
-        layout = (frozenset(names), {n.lower(): n for n in reversed(names)}, uuid_fields)
+        fields = {n: (n, _is_uuid_type(hints.get(n))) for n in names}
+        # The first declared field wins among names that differ only in case, as in Go.
+        layout = (fields, {n.lower(): fields[n] for n in reversed(names)})
         _layouts[cls] = layout
     return layout
 
@@ -189,12 +203,13 @@ def _decode_dataclass(value: object, message: object) -> None:
         return  # Go leaves the target untouched for `null`.
     if not isinstance(value, dict):
         raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
-    exact, by_lower, uuid_fields = _dataclass_layout(type(message))
+    exact, by_lower = _dataclass_layout(type(message))
     for key, item in value.items():
-        name = key if key in exact else by_lower.get(key.lower())
-        if name is None:
+        field = exact.get(key) or by_lower.get(key.lower())
+        if field is None:
             continue
-        if name in uuid_fields and isinstance(item, str):
+        name, is_uuid = field
+        if is_uuid and isinstance(item, str):
             item = parse_uuid(item)
         setattr(message, name, item)
 
