@@ -602,10 +602,10 @@ class Transactions:
 
         if event is not None:
             kind, value = event
-            if kind is _Event.TICK:
+            if kind is _TICK:
                 assert isinstance(value, int)
                 self.txn_tick(txn, value)
-            elif kind is _Event.BARRIER:
+            elif kind is _BARRIER:
                 self.txn_barrier_resolved(txn, prev)
             else:
                 assert not isinstance(value, int)
@@ -633,13 +633,13 @@ class Transactions:
         """The first ready event, without blocking: the timer, the prior barrier, then the channel."""
         tick = self.timer.poll()
         if tick is not None:
-            return _Event.TICK, tick
+            return _TICK, tick
         if barrier and txn.barrier is not None and txn.barrier.done():
-            return _Event.BARRIER, CLOSED
+            return _BARRIER, CLOSED
         if txn.channel is not None:
             item = txn.channel.poll()
             if item is not EMPTY:
-                return _Event.READ, item
+                return _READ, item
         return None
 
     async def _wait_any(self, txn: Transaction) -> None:
@@ -689,7 +689,7 @@ class Transactions:
             except Exception as e:
                 raise _wrap("initial sequencer.Step", e) from _cause(e)
             return
-        if outcome in (QueueOutcome.CONTINUE_BEGIN_SPAN, QueueOutcome.CONTINUE_EXTEND_SPAN):
+        if outcome is _CONTINUE_BEGIN_SPAN or outcome is _CONTINUE_EXTEND_SPAN:
             return  # A commit or a rollback will follow.
 
         # A duplicate (ACK_ROLLBACK, *_ALREADY_ACKED, CONTINUE_TXN_CLOCK_LARGER): nothing may follow it.
@@ -868,6 +868,12 @@ class _Event(enum.Enum):
     TICK = "tick"
     BARRIER = "barrier"
     READ = "read"
+
+
+# Module-level aliases: an enum member looked up on its class costs more than the comparison.
+_TICK, _BARRIER, _READ = _Event.TICK, _Event.BARRIER, _Event.READ
+_CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
 
 
 def _factory(app: Application, spec: pb.JournalSpec) -> Callable[[str], Any]:

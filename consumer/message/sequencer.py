@@ -26,7 +26,7 @@ from typing import Any
 
 from consumer.message.envelope import Envelope, JournalProducer, ProducerState
 from consumer.message.errors import ReplayError, SequencerStateError
-from consumer.message.uuid import Flags, flags_string, get_clock, get_flags, get_producer_id
+from consumer.message.uuid import CLOCK_MASK, FLAGS_MASK, Flags, flags_string, get_clock, get_flags, get_producer_id
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class QueueOutcome(enum.IntEnum):
     @property
     def commits(self) -> bool:
         """Whether messages are now ready: the caller must drain `step()`."""
-        return self in _COMMITS
+        return self is _OUTSIDE_COMMIT or self is _ACK_COMMIT_RING or self is _ACK_EMPTY or self is _ACK_COMMIT_REPLAY
 
     @property
     def needs_replay(self) -> bool:
@@ -69,14 +69,6 @@ class QueueOutcome(enum.IntEnum):
         return _OUTCOME_NAMES[self]
 
 
-_COMMITS = frozenset(
-    {
-        QueueOutcome.OUTSIDE_COMMIT,
-        QueueOutcome.ACK_EMPTY,
-        QueueOutcome.ACK_COMMIT_RING,
-        QueueOutcome.ACK_COMMIT_REPLAY,
-    }
-)
 # Gazette's QueueOutcome.String(), used in its metrics labels.
 _OUTCOME_NAMES = {
     QueueOutcome.OUTSIDE_ALREADY_ACKED: "outsideAlreadyAcked",
@@ -90,6 +82,23 @@ _OUTCOME_NAMES = {
     QueueOutcome.ACK_COMMIT_RING: "ackCommitRing",
     QueueOutcome.ACK_COMMIT_REPLAY: "ackCommitReplay",
 }
+
+
+# Module-level aliases: an enum member looked up on its class costs more than the comparison.
+_OUTSIDE_ALREADY_ACKED = QueueOutcome.OUTSIDE_ALREADY_ACKED
+_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
+_CONTINUE_ALREADY_ACKED = QueueOutcome.CONTINUE_ALREADY_ACKED
+_CONTINUE_TXN_CLOCK_LARGER = QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+_CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
+_ACK_ROLLBACK = QueueOutcome.ACK_ROLLBACK
+_ACK_EMPTY = QueueOutcome.ACK_EMPTY
+_ACK_COMMIT_RING = QueueOutcome.ACK_COMMIT_RING
+_ACK_COMMIT_REPLAY = QueueOutcome.ACK_COMMIT_REPLAY
+_IGNORED = (_OUTSIDE_ALREADY_ACKED, _CONTINUE_ALREADY_ACKED, _CONTINUE_TXN_CLOCK_LARGER)
+_OUTSIDE_TXN = int(Flags.OUTSIDE_TXN)
+_CONTINUE_TXN = int(Flags.CONTINUE_TXN)
+_ACK_TXN = int(Flags.ACK_TXN)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,6 +162,7 @@ class Sequencer:
         self._capacity = max(buffer, 1)
         self._ring: list[Envelope[Any] | None] = []
         self._next: list[int] = []  # Per-producer linked lists through the ring.
+        self._clocks: list[int] = []  # The clock of each ring entry's UUID.
         self._head = 0  # Next ring index to write.
 
     @property
@@ -169,16 +179,21 @@ class Sequencer:
             raise SequencerStateError("committed messages remain to dequeue", journal=env.journal, offset=env.begin)
         self._evict_at_head()
 
-        u = env.uuid
-        key = (env.journal, get_producer_id(u))
-        clock = get_clock(u)
-        flags = get_flags(u)
+        # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
+        # inline: this runs once per message read.
+        u = env.uuid.int
+        key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
+        clock = (
+            ((u >> 96) & 0xFFFFFFFF) << 4 | ((u >> 80) & 0xFFFF) << 36 | ((u >> 64) & 0xFFFF) << 52 | (u >> 58) & 0xF
+        ) & CLOCK_MASK
+        flags = (u >> 48) & FLAGS_MASK
+        uuid_clock = clock  # As the ring keeps it for step(), even when overridden below.
         partial = self._partials.get(key)
 
         if clock == 0:
             # A zero clock (including the zero UUID) commits at once, untracked.
             partial = PartialSeq(JournalProducer(*key), 0, 0)
-            flags, clock = Flags.OUTSIDE_TXN, 1
+            flags, clock = _OUTSIDE_TXN, 1
         elif partial is None:
             jp = JournalProducer(*key)
             partial = PartialSeq(jp, clock - 1, clock - 1)
@@ -188,31 +203,30 @@ class Sequencer:
 
         # Each outcome either sets _emit or advances offsets, never both: offsets advance past a
         # committing envelope only once its sequence is consumed, so a crash re-reads it.
-        if outcome in (
-            QueueOutcome.OUTSIDE_ALREADY_ACKED,
-            QueueOutcome.CONTINUE_ALREADY_ACKED,
-            QueueOutcome.CONTINUE_TXN_CLOCK_LARGER,
-        ):
-            self._offsets[env.journal] = env.end
-        elif outcome in (QueueOutcome.CONTINUE_BEGIN_SPAN, QueueOutcome.CONTINUE_EXTEND_SPAN):
-            if outcome is QueueOutcome.CONTINUE_BEGIN_SPAN:
+        if outcome is _OUTSIDE_COMMIT:
+            # Clobber any open span (an effective rollback): this message is the sequence.
+            self._add_at_head(env, partial, uuid_clock)
+            partial.begin = env.begin
+            partial.ring_start = partial.ring_stop
+            partial.max_clock = clock
+            self._emit = partial
+        elif outcome is _CONTINUE_BEGIN_SPAN or outcome is _CONTINUE_EXTEND_SPAN:
+            if outcome is _CONTINUE_BEGIN_SPAN:
                 partial.begin = env.begin
                 self._pending[id(partial)] = partial
-            self._add_at_head(env, partial)
+            self._add_at_head(env, partial, uuid_clock)
             partial.max_clock = clock
             self._offsets[env.journal] = env.end
-        elif outcome is QueueOutcome.ACK_ROLLBACK:
+        elif outcome is _ACK_ROLLBACK:
             partial.reset(clock)
             self._pending.pop(id(partial), None)
             self._offsets[env.journal] = env.end
-        else:
-            self._add_at_head(env, partial)
-            if outcome is QueueOutcome.ACK_EMPTY:
+        elif outcome in _IGNORED:
+            self._offsets[env.journal] = env.end
+        else:  # ACK_EMPTY, ACK_COMMIT_RING, ACK_COMMIT_REPLAY
+            self._add_at_head(env, partial, uuid_clock)
+            if outcome is _ACK_EMPTY:
                 partial.begin = env.begin
-            elif outcome is QueueOutcome.OUTSIDE_COMMIT:
-                # Clobber any open span (an effective rollback): this message is the sequence.
-                partial.begin = env.begin
-                partial.ring_start = partial.ring_stop
             # Commit through `clock`, which may be below max_clock: larger clocks are dropped.
             partial.max_clock = clock
             self._emit = partial
@@ -220,38 +234,38 @@ class Sequencer:
 
     def _decide(self, env: Envelope[Any], partial: PartialSeq, clock: int, flags: int) -> QueueOutcome:
         """The outcome table of Gazette's QueueUncommitted; no state changes here."""
-        if flags == Flags.CONTINUE_TXN:
+        if flags == _CONTINUE_TXN:
             if clock <= partial.min_clock:
-                return QueueOutcome.CONTINUE_ALREADY_ACKED
+                return _CONTINUE_ALREADY_ACKED
             if clock <= partial.max_clock:
-                return QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+                return _CONTINUE_TXN_CLOCK_LARGER
             if partial.begin == -1:
-                return QueueOutcome.CONTINUE_BEGIN_SPAN
-            return QueueOutcome.CONTINUE_EXTEND_SPAN
+                return _CONTINUE_BEGIN_SPAN
+            return _CONTINUE_EXTEND_SPAN
 
-        if flags == Flags.ACK_TXN:
+        if flags == _ACK_TXN:
             if clock < partial.min_clock:
                 # The upstream shard recovered an older checkpoint. Accept the reset: refusing could
                 # drop messages it re-sends under new UUIDs; this window becomes at-least-once.
                 self._log_error(
                     env, partial, "unexpected ACK_TXN which is less than lastACK (loss of exactly-once semantics)"
                 )
-                return QueueOutcome.ACK_ROLLBACK
+                return _ACK_ROLLBACK
             if clock == partial.min_clock:
-                return QueueOutcome.ACK_ROLLBACK
+                return _ACK_ROLLBACK
             if partial.begin == -1:
-                return QueueOutcome.ACK_EMPTY
+                return _ACK_EMPTY
             if partial.ring_start == -1:
-                return QueueOutcome.ACK_COMMIT_REPLAY  # No part of the sequence is in the ring.
+                return _ACK_COMMIT_REPLAY  # No part of the sequence is in the ring.
             start = self._ring[partial.ring_start]
             if start is None or start.begin != partial.begin:
-                return QueueOutcome.ACK_COMMIT_REPLAY  # Only a suffix is in the ring.
-            return QueueOutcome.ACK_COMMIT_RING
+                return _ACK_COMMIT_REPLAY  # Only a suffix is in the ring.
+            return _ACK_COMMIT_RING
 
-        if flags != Flags.OUTSIDE_TXN:
+        if flags != _OUTSIDE_TXN:
             self._log_error(env, partial, "unexpected UUID flags")  # Then handled as OUTSIDE_TXN.
         if clock <= partial.min_clock:
-            return QueueOutcome.OUTSIDE_ALREADY_ACKED
+            return _OUTSIDE_ALREADY_ACKED
         if partial.begin != -1:
             self._log_error(
                 env,
@@ -259,7 +273,7 @@ class Sequencer:
                 "unexpected OUTSIDE_TXN with a preceding CONTINUE_TXN"
                 " (mixed use of PublishUncommitted and PublishCommitted to the same journal?)",
             )
-        return QueueOutcome.OUTSIDE_COMMIT
+        return _OUTSIDE_COMMIT
 
     def step(self) -> bool:
         """Step to the next committed envelope: True if `dequeued` now holds one.
@@ -294,6 +308,7 @@ class Sequencer:
                 if candidate is None:
                     continue
                 self._dequeued_ring_index = index
+                clock = self._clocks[index]
             else:
                 replayed = self._next_replayed(emit)
                 if replayed is None:
@@ -303,9 +318,10 @@ class Sequencer:
                     continue  # The replayed range interleaves other producers' messages.
                 candidate = replayed
                 self._dequeued_ring_index = -1
+                clock = get_clock(candidate.uuid)
 
             self.dequeued = candidate
-            self._dequeued_clock = get_clock(candidate.uuid)
+            self._dequeued_clock = clock
             if self._dequeued_clock != 0 and self._dequeued_clock <= emit.min_clock:
                 # A duplicate. Replays see these routinely, and the ring can too when a duplicated
                 # sequence straddles a recovered checkpoint (which keeps only the last ACK).
@@ -422,6 +438,7 @@ class Sequencer:
         if len(self._ring) < self._capacity:
             self._ring.append(None)  # Still filling: the new slot is the head.
             self._next.append(-1)
+            self._clocks.append(0)
             return
         evicted = self._ring[self._head]
         if evicted is None:
@@ -440,9 +457,10 @@ class Sequencer:
         self._ring[self._head] = None
         self._next[self._head] = -1
 
-    def _add_at_head(self, env: Envelope[Any], partial: PartialSeq) -> None:
+    def _add_at_head(self, env: Envelope[Any], partial: PartialSeq, clock: int) -> None:
         head = self._head
         self._ring[head] = env
+        self._clocks[head] = clock
         self._next[head] = -1
         if partial.ring_stop == -1:
             partial.ring_start = head
