@@ -121,7 +121,7 @@ class JSONFraming(Framing):
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-_scan_once = _DECODER.scan_once
+_scan_once = _DECODER.scan_once  # type: ignore[attr-defined]  # Set by JSONDecoder.__init__, untyped.
 
 
 def _decode_json(text: str) -> object:
