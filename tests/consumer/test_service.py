@@ -389,3 +389,27 @@ async def test_lost_lease_stops_serving(
         assert svc.resolver.stopped
     finally:
         await svc.stop()
+
+
+async def test_unknown_source_journal_fails_the_shard_naming_it(
+    etcd_client: Any, etcd_prefix: str, client: JournalClient, appender: AppendService, tmp_path: Path
+) -> None:
+    root = etcd_prefix
+    src_good = await new_source(client, "svc/known")
+    missing = f"{src_good}-missing"
+    db = tmp_path / "counts.db"
+    create_tables(db)
+    await put_shard(etcd_client, root, shard_spec("shard-unknown", src_good, missing))
+    svc = service(etcd_client, root, "cons-u1", client, CountingApp(db, ""), exit_timeout=0.5)
+    await svc.start()
+    try:
+
+        def status() -> cpb.ReplicaStatus | None:
+            return next((a.value for a in svc.keyspace.assignments("shard-unknown") if a.slot == 0), None)
+
+        failed = await until(status, lambda s: s is not None and s.code == Code.FAILED, "FAILED")
+        assert failed is not None
+        assert len(failed.errors) == 1 and missing in failed.errors[0] and "does not exist" in failed.errors[0]
+        assert svc.replicas["shard-unknown"].error == failed.errors[0]
+    finally:
+        await svc.stop()
