@@ -1,0 +1,154 @@
+"""JSONFileStore against a real broker: commits recorded to a recovery log play back into another
+directory with exactly the last committed state and checkpoint; a failed dependency or a fenced
+log fails the commit and leaves no trace; Gazette's file format, legacy offsets included."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from consumer.protocol import pb
+from consumer.stores import FenceError, JSONFileStore, StoreDependencyError, StoreError
+from consumer.stores.json_file import checkpoint_from_json, checkpoint_to_json, go_json_line
+from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
+
+__all__ = ["ajc", "client", "recorded"]  # Fixtures.
+
+SHARD = FakeShard()
+
+
+@dataclass
+class Counts:
+    words: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+
+async def commit(store: JSONFileStore[object], n: int, wait_for: list[asyncio.Future[None]] | None = None) -> None:
+    await asyncio.wait_for(store.start_commit(SHARD, checkpoint(n), wait_for or []), TIMEOUT)
+
+
+async def test_commits_play_back_to_the_last_committed_state(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {})
+    assert await store.restore_checkpoint(SHARD) == pb.Checkpoint()
+    for n in range(1, 6):
+        store.state[f"key{n}"] = n
+        await commit(store, n)  # type: ignore[arg-type]
+    # A change after the last commit is not in the log.
+    store.state["uncommitted"] = 99
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    assert sorted(p.name for p in Path(rec2.dir).iterdir()) == ["state.json"]
+    store2: JSONFileStore[dict[str, int]] = JSONFileStore(rec2, {})
+    assert store2.state == {f"key{n}": n for n in range(1, 6)}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(5)
+
+    # The new primary commits on; the log's live files stay one: state.json.
+    store2.state["key6"] = 6
+    await commit(store2, 6)  # type: ignore[arg-type]
+    assert list(rec2.fsm.links) == ["/state.json"]
+    assert len(rec2.fsm.live_nodes) == 1
+    store3: JSONFileStore[dict[str, int]] = JSONFileStore(await recorded.take_over(tmp_path / "third", 3333), {})
+    assert store3.state["key6"] == 6
+    assert await store3.restore_checkpoint(SHARD) == checkpoint(6)
+
+
+async def test_dataclass_state(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = JSONFileStore(rec, Counts())
+    store.state.words["hello"] = 2
+    store.state.total = 2
+    await commit(store, 1)  # type: ignore[arg-type]
+    lines = (tmp_path / "primary" / "state.json").read_bytes().splitlines()
+    assert lines[:2] == [b"{}", b'{"words":{"hello":2},"total":2}']
+    again = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), Counts())
+    assert again.state == Counts({"hello": 2}, 2)
+
+
+async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {"n": 1})
+    await commit(store, 1)  # type: ignore[arg-type]
+    store.state["n"] = 2
+    with pytest.raises(StoreDependencyError, match="dependency failed: append failed"):
+        await commit(store, 2, [failed(RuntimeError("append failed"))])  # type: ignore[arg-type]
+    # The Recorder is failed: so is every later commit.
+    store.state["n"] = 3
+    with pytest.raises(StoreError):
+        await commit(store, 3)  # type: ignore[arg-type]
+
+    store2: JSONFileStore[dict[str, int]] = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), {})
+    assert store2.state == {"n": 1}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(1)
+
+
+async def test_a_fenced_recorder_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {"n": 1})
+    await commit(store, 1)  # type: ignore[arg-type]
+
+    # A new primary takes the log: it injects a hand-off, fencing the old author.
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    store.state["n"] = 2
+    with pytest.raises(FenceError, match="fenced"):
+        await commit(store, 2)  # type: ignore[arg-type]
+
+    # Neither the new primary nor a later player sees the fenced commit.
+    assert JSONFileStore(rec2, {}).state == {"n": 1}
+    resolved = await recorded.play(tmp_path / "later")
+    assert json.loads((Path(resolved.dir) / "state.json").read_text().splitlines()[1]) == {"n": 1}
+
+
+async def test_destroy_removes_the_directory(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {})
+    await commit(store, 1)  # type: ignore[arg-type]
+    await store.destroy()
+    assert not (tmp_path / "primary").exists()
+
+
+async def test_legacy_offsets_override_read_through(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    # A legacy file: offsets and state, no checkpoint.
+    (tmp_path / "primary" / "state.json").write_text('{"a/journal":1234,"b/journal":5}\n{"x":1}\n')
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {})
+    assert store.state == {"x": 1}
+    cp = await store.restore_checkpoint(SHARD)
+    assert {j: s.read_through for j, s in cp.sources.items()} == {"a/journal": 1234, "b/journal": 5}
+    # Offsets override a checkpoint's read-through, and keep its producers.
+    doc = checkpoint_to_json(checkpoint(1))
+    (tmp_path / "primary" / "state.json").write_bytes(
+        go_json_line({"a/journal": 7}) + go_json_line({"x": 2}) + go_json_line(doc))
+    cp = await store.restore_checkpoint(SHARD)
+    assert cp.sources["a/journal"].read_through == 7
+    assert len(cp.sources["a/journal"].producers) == 1
+
+
+async def test_a_corrupt_file_is_a_clear_error(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    (tmp_path / "primary" / "state.json").write_text('{}\n{"x": ')
+    with pytest.raises(StoreError, match="state.json is not concatenated JSON documents"):
+        JSONFileStore(rec, {})
+
+
+def test_checkpoint_json_is_gazettes() -> None:
+    """Go's encoding/json of pc.Checkpoint: snake_case tags, omitempty, base64 bytes, sorted maps."""
+    cp = checkpoint(1)
+    assert go_json_line(checkpoint_to_json(cp)) == (
+        b'{"sources":{"a/journal":{"read_through":100,"producers":[{"id":"AQIDBAUG","state":'
+        b'{"last_ack":1099511627776,"begin":-1}}]}},"ack_intents":{"ack/journal":"YWNrIDE="}}\n'
+    )
+    assert checkpoint_from_json(checkpoint_to_json(cp)) == cp
+    assert go_json_line(checkpoint_to_json(pb.Checkpoint())) == b'{"sources":null}\n'
+    assert checkpoint_from_json({"sources": None}) == pb.Checkpoint()
+    empty_source = pb.Checkpoint()
+    empty_source.sources["j"].read_through = 0
+    assert checkpoint_to_json(empty_source) == {"sources": {"j": {"producers": None}}}
+    assert checkpoint_from_json(checkpoint_to_json(empty_source)) == empty_source
+    assert go_json_line({"a": "<&>"}) == b'{"a":"\\u003c\\u0026\\u003e"}\n'
+    with pytest.raises(ValueError, match="read_through of j is not an integer"):
+        checkpoint_from_json({"sources": {"j": {"read_through": "1"}}})
