@@ -1,0 +1,212 @@
+"""SQLiteStore against a real broker: SQL transactions recorded through the VFS play back into
+another directory with exactly the last committed rows and checkpoint (and a database that passes
+`PRAGMA integrity_check`); failed dependencies and a fenced log fail the commit; a large
+transaction; a transaction cut off mid-way rolls back on playback; and the journal truncation rule
+keeps the log's live files from growing across many small transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import apsw
+import pytest
+
+from consumer.protocol import pb
+from consumer.recoverylog import Recorder, RecorderFailedError
+from consumer.stores import FenceError, SQLiteStore, StoreDependencyError, StoreError
+from consumer.stores.sqlite_vfs import CHECKPOINT_TABLE
+from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
+
+__all__ = ["ajc", "client", "recorded"]  # Fixtures.
+
+SHARD = FakeShard()
+MODES = ["TRUNCATE", "DELETE", "PERSIST", "WAL"]
+
+
+async def open_store(log: Log, rec: Recorder, journal_mode: str = "TRUNCATE") -> SQLiteStore:
+    store = await SQLiteStore.open(rec, journal_mode=journal_mode)
+    log.cleanups.append(store.destroy)
+    store.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB)")
+    return store
+
+
+async def commit(store: SQLiteStore, n: int, wait_for: list[asyncio.Future[None]] | None = None) -> None:
+    await asyncio.wait_for(store.start_commit(SHARD, checkpoint(n), wait_for or []), TIMEOUT)
+
+
+def rows(store: SQLiteStore) -> dict[str, bytes]:
+    return {k: bytes(v) for k, v in store.query("SELECT k, v FROM kv")}
+
+
+def integrity(path: Path) -> list[tuple[str]]:
+    """`PRAGMA integrity_check` of a database file, opened read-only without the recording VFS."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [tuple(r) for r in conn.execute("PRAGMA integrity_check")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_commits_play_back_to_the_last_committed_state(recorded: Log, tmp_path: Path, mode: str) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec, mode)
+    assert await store.restore_checkpoint(SHARD) == pb.Checkpoint()
+    expect: dict[str, bytes] = {}
+    for n in range(1, 8):
+        for i in range(20):
+            key, value = f"k{(n * 7 + i) % 50}", f"{n}:{i}".encode() * 50
+            store.execute("INSERT INTO kv VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v", (key, value))
+            expect[key] = value
+        if n % 3 == 0:
+            store.execute("DELETE FROM kv WHERE k = ?", (f"k{n}",))
+            expect.pop(f"k{n}", None)
+        await commit(store, n)
+    # Not committed: never seen by the next primary.
+    store.execute("INSERT INTO kv VALUES ('uncommitted', x'00')")
+    rec.barrier()
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    assert integrity(Path(rec2.dir) / "store.db") == [("ok",)]
+    store2 = await open_store(recorded, rec2, mode)
+    assert rows(store2) == expect
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(7)
+
+    # The new primary commits on, and a third one sees that.
+    store2.execute("INSERT INTO kv VALUES ('from-2', x'02')")
+    await commit(store2, 8)
+    expect["from-2"] = b"\x02"
+    rec3 = await recorded.take_over(tmp_path / "third", 3333)
+    store3 = await open_store(recorded, rec3, mode)
+    assert rows(store3) == expect
+    assert await store3.restore_checkpoint(SHARD) == checkpoint(8)
+    assert store3.query("PRAGMA journal_mode") == [(mode.lower(),)]
+    await store3.destroy()
+    assert not Path(rec3.dir).exists()
+
+
+async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    await commit(store, 1)
+    store.execute("INSERT INTO kv VALUES ('two', x'02')")
+    with pytest.raises(StoreDependencyError, match="dependency failed: append failed"):
+        await commit(store, 2, [failed(RuntimeError("append failed"))])
+    # The Recorder is failed: the store can't commit again.
+    store.execute("INSERT INTO kv VALUES ('three', x'03')")
+    with pytest.raises(StoreError, match="recording the commit failed: a barrier dependency failed") as info:
+        await commit(store, 3)
+    assert isinstance(info.value.__cause__, RecorderFailedError)
+
+    store2 = await open_store(recorded, await recorded.take_over(tmp_path / "next", 2222))
+    assert rows(store2) == {"one": b"\x01"}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(1)
+
+
+async def test_a_fenced_recorder_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    await commit(store, 1)
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    store.execute("INSERT INTO kv VALUES ('two', x'02')")
+    with pytest.raises(FenceError, match="fenced"):
+        await commit(store, 2)
+
+    store2 = await open_store(recorded, rec2)
+    assert rows(store2) == {"one": b"\x01"}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(1)
+    resolved = await recorded.play(tmp_path / "later")
+    assert integrity(Path(resolved.dir) / "store.db") == [("ok",)]
+
+
+async def test_a_large_transaction(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    store.execute("INSERT INTO kv VALUES ('small', x'00')")
+    await commit(store, 1)
+    # ~12 MB in one transaction: more than SQLite's page cache, so pages spill mid-transaction.
+    store.executemany("INSERT INTO kv VALUES (?, randomblob(300000))", [(f"big{i}",) for i in range(40)])
+    store.execute("UPDATE kv SET v = randomblob(1000) WHERE k = 'small'")
+    await commit(store, 2)
+    expect = rows(store)
+    assert sum(len(v) for v in expect.values()) > 12_000_000
+    assert store.vfs.stats.bytes > 12_000_000
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    assert integrity(Path(rec2.dir) / "store.db") == [("ok",)]
+    store2 = await open_store(recorded, rec2)
+    assert hashlib.sha256(repr(sorted(rows(store2).items())).encode()).digest() == \
+        hashlib.sha256(repr(sorted(expect.items())).encode()).digest()
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(2)
+
+
+@pytest.mark.parametrize("mode", ["TRUNCATE", "WAL"])
+async def test_a_transaction_cut_off_mid_way_rolls_back(recorded: Log, tmp_path: Path, mode: str) -> None:
+    """The primary dies mid-transaction, after SQLite spilled some of it to the database file
+    (rollback journal) or the WAL: a playback of the log recovers the last committed state."""
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec, mode)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    await commit(store, 1)
+    store.execute("PRAGMA cache_size=10")  # Spill early.
+    store.executemany("INSERT INTO kv VALUES (?, randomblob(20000))", [(f"big{i}",) for i in range(100)])
+    store.execute("UPDATE kv SET v = x'ff' WHERE k = 'one'")
+    await asyncio.wait_for(rec.barrier(), TIMEOUT)  # Its spilled pages (and journal) are in the log.
+    spilled = store.vfs.stats.bytes
+    assert spilled > 1_000_000
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    store2 = await open_store(recorded, rec2, mode)
+    assert rows(store2) == {"one": b"\x01"}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(1)
+    assert store2.query("PRAGMA integrity_check") == [("ok",)]
+
+
+async def test_journal_truncation_keeps_the_live_files_bounded(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    await commit(store, 0)
+    journals = set()
+    for n in range(1, 201):
+        store.execute("INSERT INTO kv VALUES (?, ?)", (f"k{n}", b"x" * 100))
+        await commit(store, n)
+        journals.add(rec.fsm.links.get("/store.db-journal"))
+    # Every transaction's journal was a new Fnode, and none of them stays live but the last.
+    assert len(journals) == 200
+    assert set(rec.fsm.links) == {"/store.db", "/store.db-journal"}
+    assert len(rec.fsm.live_nodes) == 2
+    journal = rec.fsm.live_nodes[rec.fsm.links["/store.db-journal"]]
+    hints = await rec.build_hints()
+    (db_hint, journal_hint) = sorted(hints.live_nodes, key=lambda n: n.fnode)
+    assert journal_hint.fnode == rec.fsm.links["/store.db-journal"]
+    assert db_hint.fnode == rec.fsm.links["/store.db"]
+    # The journal's live history is its last transaction's few ops, not 200 transactions' worth.
+    assert sum(s.last_seq_no - s.first_seq_no + 1 for s in journal.segments) <= 10
+    assert journal_hint.segments[0].first_seq_no > rec.fsm.next_seq_no - 20
+    assert store.vfs.stats.truncations >= 200
+
+    # Playback from these hints skips every dead journal, and recovers the same database.
+    rec2 = await recorded.take_over(tmp_path / "next", 2222, hints)
+    store2 = await open_store(recorded, rec2)
+    assert len(store2.query("SELECT k FROM kv")) == 200
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(200)
+
+
+async def test_a_transaction_rolled_back_by_an_error_does_not_commit(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    await commit(store, 0)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    store.execute("ROLLBACK")  # As an error that rolls SQLite's transaction back would.
+    with pytest.raises(StoreError, match="rolled back"):
+        await commit(store, 1)
+    store.execute("INSERT INTO kv VALUES ('two', x'02')")
+    await commit(store, 2)
+    assert rows(store) == {"two": b"\x02"}
+    assert store.query(f"SELECT count(*) FROM {CHECKPOINT_TABLE}") == [(1,)]
+
