@@ -186,17 +186,22 @@ def failed_future(exc: BaseException) -> OpFuture:
 
 
 def commit_error(exc: BaseException, wait_for: Sequence[asyncio.Future[Any]], shard_id: str | None) -> StoreError:
-    """The StoreError of a recorded commit that failed with `exc`."""
+    """The StoreError of a recorded commit that failed with `exc` (its `__cause__`)."""
+    err: StoreError | None = None
     for op in wait_for:
         if op.done() and (op.cancelled() or op.exception() is not None):
             why = "an operation was cancelled" if op.cancelled() else str(op.exception())
-            return StoreDependencyError(f"dependency failed: {why}", shard=shard_id)
+            err = StoreDependencyError(f"dependency failed: {why}", shard=shard_id)
+            break
     cause: BaseException | None = exc
-    while cause is not None:
+    while err is None and cause is not None:
         if isinstance(cause, RegisterMismatch):
-            return FenceError(LOG_FENCED, shard=shard_id)
+            err = FenceError(LOG_FENCED, shard=shard_id)
         cause = cause.__cause__
-    return StoreError(f"recording the commit failed: {exc}", shard=shard_id)
+    if err is None:
+        err = StoreError(f"recording the commit failed: {exc}", shard=shard_id)
+    err.__cause__ = exc
+    return err
 
 
 async def await_recorded_commit(

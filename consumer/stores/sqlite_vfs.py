@@ -153,11 +153,20 @@ class RecordedVFS(apsw.VFS):
         self._pending: _Pending | None = None
         self._sizes: dict[str, int] = {}
         """Recorded length of each open recorded file (by recorded path)."""
+        self.detached = False
+        """Set by `detach()`: file operations are no longer recorded."""
         super().__init__(self.name, "")
+
+    def detach(self) -> None:
+        """Record nothing more (a store being destroyed: what SQLite does to its files as it
+        closes, such as rolling back an open transaction, is of no interest to the log)."""
+        self._pending = None
+        self.detached = True
 
     def recorded_path(self, filename: str | None, flags: int) -> str | None:
         """The recorded path of a file SQLite opens with `flags`, or None if it isn't recorded."""
-        if filename is None or not flags & _RECORDED_KINDS or flags & apsw.SQLITE_OPEN_DELETEONCLOSE:
+        if self.detached or filename is None or not flags & _RECORDED_KINDS or \
+                flags & apsw.SQLITE_OPEN_DELETEONCLOSE:
             return None
         if not flags & apsw.SQLITE_OPEN_READWRITE:
             return None
@@ -169,6 +178,8 @@ class RecordedVFS(apsw.VFS):
     def xDelete(self, filename: str, syncdir: bool) -> None:
         self.flush()
         super().xDelete(filename, syncdir)
+        if self.detached:
+            return
         try:
             path = self.recorder.normalize_path(filename)
         except RecoveryLogError:
@@ -230,7 +241,7 @@ class RecordedFile(apsw.VFSFile):
     def xWrite(self, data: Any, offset: int) -> None:
         super().xWrite(data, offset)
         path = self.path
-        if path is None or self.filename is None:
+        if path is None or self.filename is None or self.vfs.detached:
             return
         chunk = bytes(data)
         vfs = self.vfs
@@ -241,7 +252,7 @@ class RecordedFile(apsw.VFSFile):
     def xTruncate(self, newsize: int) -> None:
         super().xTruncate(newsize)
         path = self.path
-        if path is None or self.filename is None:
+        if path is None or self.filename is None or self.vfs.detached:
             return
         vfs = self.vfs
         recorded = vfs._sizes.get(path, 0)
@@ -422,13 +433,13 @@ class SQLiteStore:
                 pass
 
     async def destroy(self) -> None:
-        """Roll back the open transaction, close the connection, unregister the VFS, and remove
-        the directory (as Gazette's local stores do)."""
+        """Close the connection (rolling back the open transaction, unrecorded), unregister the
+        VFS, and remove the directory (as Gazette's local stores do)."""
         if self._closed:
             return
         self._closed = True
+        self.vfs.detach()
         try:
-            self._rollback_quietly()
             self.connection.close()
         except Exception:
             pass

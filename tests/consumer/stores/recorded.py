@@ -4,7 +4,7 @@ fresh directory, and playback of a log into another directory (as a new primary 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,8 @@ class Log:
     ajc: AppendService
     tmp: Path
     recorders: list[Recorder] = field(default_factory=list)
+    cleanups: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Run after the test, before the Recorders close (e.g. destroying stores)."""
 
     async def recorder(self, dir: Path, author: int, fsm: FSM | None = None) -> Recorder:
         """A Recorder of `dir` (created), continuing `fsm` (a new log's FSM by default)."""
@@ -109,6 +111,8 @@ async def recorded(client: JournalClient, ajc: AppendService, tmp_path: Path) ->
     try:
         yield log
     finally:
+        for cleanup in log.cleanups:
+            await cleanup()
         for rec in log.recorders:
             await rec.close()
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ class Counts:
     total: int = 0
 
 
-async def commit(store: JSONFileStore[object], n: int, wait_for: list[asyncio.Future[None]] | None = None) -> None:
+async def commit(store: JSONFileStore[Any], n: int, wait_for: list[asyncio.Future[None]] | None = None) -> None:
     await asyncio.wait_for(store.start_commit(SHARD, checkpoint(n), wait_for or []), TIMEOUT)
 
 
@@ -37,7 +38,7 @@ async def test_commits_play_back_to_the_last_committed_state(recorded: Log, tmp_
     assert await store.restore_checkpoint(SHARD) == pb.Checkpoint()
     for n in range(1, 6):
         store.state[f"key{n}"] = n
-        await commit(store, n)  # type: ignore[arg-type]
+        await commit(store, n)
     # A change after the last commit is not in the log.
     store.state["uncommitted"] = 99
 
@@ -49,7 +50,7 @@ async def test_commits_play_back_to_the_last_committed_state(recorded: Log, tmp_
 
     # The new primary commits on; the log's live files stay one: state.json.
     store2.state["key6"] = 6
-    await commit(store2, 6)  # type: ignore[arg-type]
+    await commit(store2, 6)
     assert list(rec2.fsm.links) == ["/state.json"]
     assert len(rec2.fsm.live_nodes) == 1
     store3: JSONFileStore[dict[str, int]] = JSONFileStore(await recorded.take_over(tmp_path / "third", 3333), {})
@@ -62,7 +63,7 @@ async def test_dataclass_state(recorded: Log, tmp_path: Path) -> None:
     store = JSONFileStore(rec, Counts())
     store.state.words["hello"] = 2
     store.state.total = 2
-    await commit(store, 1)  # type: ignore[arg-type]
+    await commit(store, 1)
     lines = (tmp_path / "primary" / "state.json").read_bytes().splitlines()
     assert lines[:2] == [b"{}", b'{"words":{"hello":2},"total":2}']
     again = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), Counts())
@@ -72,14 +73,14 @@ async def test_dataclass_state(recorded: Log, tmp_path: Path) -> None:
 async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
     store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {"n": 1})
-    await commit(store, 1)  # type: ignore[arg-type]
+    await commit(store, 1)
     store.state["n"] = 2
     with pytest.raises(StoreDependencyError, match="dependency failed: append failed"):
-        await commit(store, 2, [failed(RuntimeError("append failed"))])  # type: ignore[arg-type]
+        await commit(store, 2, [failed(RuntimeError("append failed"))])
     # The Recorder is failed: so is every later commit.
     store.state["n"] = 3
     with pytest.raises(StoreError):
-        await commit(store, 3)  # type: ignore[arg-type]
+        await commit(store, 3)
 
     store2: JSONFileStore[dict[str, int]] = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), {})
     assert store2.state == {"n": 1}
@@ -89,13 +90,13 @@ async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Pat
 async def test_a_fenced_recorder_fails_the_commit(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
     store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {"n": 1})
-    await commit(store, 1)  # type: ignore[arg-type]
+    await commit(store, 1)
 
     # A new primary takes the log: it injects a hand-off, fencing the old author.
     rec2 = await recorded.take_over(tmp_path / "next", 2222)
     store.state["n"] = 2
     with pytest.raises(FenceError, match="fenced"):
-        await commit(store, 2)  # type: ignore[arg-type]
+        await commit(store, 2)
 
     # Neither the new primary nor a later player sees the fenced commit.
     assert JSONFileStore(rec2, {}).state == {"n": 1}
@@ -106,7 +107,7 @@ async def test_a_fenced_recorder_fails_the_commit(recorded: Log, tmp_path: Path)
 async def test_destroy_removes_the_directory(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
     store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {})
-    await commit(store, 1)  # type: ignore[arg-type]
+    await commit(store, 1)
     await store.destroy()
     assert not (tmp_path / "primary").exists()
 
@@ -131,7 +132,7 @@ async def test_legacy_offsets_override_read_through(recorded: Log, tmp_path: Pat
 async def test_a_corrupt_file_is_a_clear_error(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
     (tmp_path / "primary" / "state.json").write_text('{}\n{"x": ')
-    with pytest.raises(StoreError, match="state.json is not concatenated JSON documents"):
+    with pytest.raises(StoreError, match=r"state\.json is not concatenated JSON documents"):
         JSONFileStore(rec, {})
 
 
