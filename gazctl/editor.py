@@ -1,4 +1,4 @@
-"""The edit loop of `gazctl journals edit`: open a document in the user's editor until it applies.
+"""The edit loop of `gazctl journals edit` and `shards edit`: open a document in an editor until it applies.
 
 As `kubectl edit`: the editor is `$GAZ_EDITOR`, else `$EDITOR`, else `vi` (a command line,
 split as a shell would). After a failed apply the editor reopens the user's own text (their
@@ -69,14 +69,16 @@ def with_error_block(text: str, error: str) -> str:
     return ERROR_HEADER + body + strip_error_block(text)
 
 
-def edit_until_applied(initial: str, apply: Callable[[str], T], suffix: str = ".yaml") -> T | None:
+def edit_until_applied(
+    initial: str, apply: Callable[[str], T], suffix: str = ".yaml", name: str = "journals"
+) -> T | None:
     """Edit `initial` until `apply(edited text)` succeeds, returning its result; None if the user cancels.
 
     The user cancels by saving the text unchanged (from what they were last shown) or empty.
     An error of `apply` (any GazetteError) reopens the editor with the error shown.
     """
     with tempfile.TemporaryDirectory(prefix="gazctl-edit-") as tmp:
-        path = Path(tmp) / f"journals{suffix}"
+        path = Path(tmp) / f"{name}{suffix}"
         shown = initial
         while True:
             path.write_text(shown, encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -231,3 +232,107 @@ def test_consumer_address_flag_env_ini_default(tmp_path: Path) -> None:
     from_ini = resolve_consumer_address(None, {}, tmp_path, home)
     assert from_ini.value == "http://consumer:2" and from_ini.source == str(tmp_path / "gazctl.ini")
     assert resolve_consumer_address(None, {}, home, home).value == "http://localhost:8080"
+
+
+LAG_SOURCE = "shards-cli/lag-events"
+LAG_SHARD = "shards-cli-lag"
+LAG_SPECS = f"""\
+common:
+  max_txn_duration: 100ms
+  labels:
+  - name: app
+    value: shards-cli-lag
+shards:
+- id: {LAG_SHARD}
+  sources:
+  - journal: {LAG_SOURCE}
+- id: {LAG_SHARD}-off
+  disable: true
+  sources:
+  - journal: {LAG_SOURCE}
+"""
+
+SHARD_EDITOR = """\
+import os, sys
+from pathlib import Path
+path, calls = Path(sys.argv[1]), Path(os.environ["EDIT_CALLS"])
+n = int(calls.read_text()) + 1 if calls.exists() else 1
+calls.write_text(str(n))
+text = path.read_text()
+Path(os.environ["EDIT_CALLS"] + f".{n}").write_text(text)  # What the editor was shown.
+if os.environ["EDIT_MODE"] == "fix-after-error":
+    if n == 1:
+        text = text.replace("max_txn_duration: 100ms", "max_txn_duration: soon")
+    else:
+        text = text.replace("max_txn_duration: soon", "max_txn_duration: 250ms")
+path.write_text(text)
+"""
+
+
+def lag_rows(consumer: ConsumerProcess, broker: BrokerProcess) -> list[dict[str, object]]:
+    done = run_gazctl(broker, "shards", "list", "-l", "app=shards-cli-lag", "--lag", "--format", "json",
+                      env={"CONSUMER_ADDRESS": consumer.url})
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, object]] = json.loads(done.stdout)["lag"]
+    return rows
+
+
+def test_list_lag_and_edit(consumer: ConsumerProcess, broker: BrokerProcess, tmp_path: Path) -> None:
+    applied = run_gazctl(broker, "journals", "apply", input=JOURNALS.replace(SOURCE, LAG_SOURCE))
+    assert applied.returncode == 0, applied.stderr
+    assert shards(consumer, "apply", input=LAG_SPECS).returncode == 0
+
+    # Before anything is written: the served shard read through 0 of 0; the disabled shard has no
+    # primary to ask, so its read-through and lag are unknown.
+    deadline = time.monotonic() + 60
+    while (rows := lag_rows(consumer, broker))[0]["read_through"] is None:
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.2)
+    assert rows == [
+        {"shard": LAG_SHARD, "journal": LAG_SOURCE, "write_head": 0, "read_through": 0, "lag": 0},
+        {"shard": f"{LAG_SHARD}-off", "journal": LAG_SOURCE, "write_head": 0, "read_through": None, "lag": None},
+    ]
+
+    lines = "".join(f'{{"Key":"k{i}","Value":"x"}}\n' for i in range(5))
+    appended = run_gazctl(broker, "journals", "append", "-l", f"name={LAG_SOURCE}", input=lines)
+    assert appended.returncode == 0, appended.stderr
+    head = len(lines.encode())
+    while (rows := lag_rows(consumer, broker))[0]["lag"] != 0:
+        assert rows[0]["write_head"] == head and time.monotonic() < deadline, rows
+        time.sleep(0.2)
+    assert rows[0] == {"shard": LAG_SHARD, "journal": LAG_SOURCE, "write_head": head, "read_through": head, "lag": 0}
+    assert rows[1] == {"shard": f"{LAG_SHARD}-off", "journal": LAG_SOURCE, "write_head": head, "read_through": None,
+                       "lag": None}
+
+    table = run_gazctl(broker, "shards", "list", "-l", "app=shards-cli-lag", "--lag", "--primary",
+                       env={"CONSUMER_ADDRESS": consumer.url})
+    assert table.returncode == 0, table.stderr
+    assert table_rows(table.stdout) == [
+        ["ID", "STATUS", "PRIMARY", "JOURNAL", "WRITE HEAD", "READ THROUGH", "LAG"],
+        [LAG_SHARD, "PRIMARY", "shards-cli:PRIMARY", LAG_SOURCE, str(head), str(head), "0"],
+        [f"{LAG_SHARD}-off", "IDLE", "<none>", LAG_SOURCE, str(head), "<none>", "<none>"],
+    ]
+    one_line_error(shards(consumer, "list", "--lag", "--format", "yaml"), "--lag", "table and json")
+
+    # edit: a bad edit reopens the editor with the error; the fixed text applies.
+    script = tmp_path / "editor.py"
+    script.write_text(SHARD_EDITOR)
+    env = {"CONSUMER_ADDRESS": consumer.url, "GAZ_EDITOR": f"{sys.executable} {script}",
+           "EDIT_MODE": "fix-after-error", "EDIT_CALLS": str(tmp_path / "calls")}
+    edited = run_gazctl(None, "shards", "edit", "-l", f"id={LAG_SHARD}", env=env)
+    assert edited.returncode == 0, edited.stderr
+    assert f"- id: {LAG_SHARD}" in (tmp_path / "calls.1").read_text()
+    reopened = (tmp_path / "calls.2").read_text()
+    assert reopened.startswith("# The edit failed to apply") and "max_txn_duration" in reopened.splitlines()[1]
+    [shard] = listed(consumer, f"id={LAG_SHARD}").shards
+    assert shard.spec.max_txn_duration.ToMilliseconds() == 250
+
+    unchanged = run_gazctl(None, "shards", "edit", "-l", f"id={LAG_SHARD}",
+                           env={**env, "EDIT_MODE": "unchanged", "EDIT_CALLS": str(tmp_path / "calls-b")})
+    assert unchanged.returncode == 0 and "edit cancelled" in unchanged.stderr
+    one_line_error(shards(consumer, "edit"), "--selector (-l) is required")
+    one_line_error(shards(consumer, "edit", "-l", "id=no-such-shard"), "no shards match")
+
+    current = shards(consumer, "list", "-l", "app=shards-cli-lag", "--format", "yaml").stdout
+    gone = shards(consumer, "apply", input=current.replace("- id: ", "- delete: true\n  id: "))
+    assert gone.returncode == 0, gone.stderr

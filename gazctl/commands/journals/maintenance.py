@@ -20,10 +20,6 @@ import typer
 from broker.client import (
     ClientError,
     JournalClient,
-    OffsetJump,
-    OffsetNotYetAvailable,
-    ProtocolError,
-    Reader,
     Suspended,
     TransportError,
     WrongAppendOffset,
@@ -44,6 +40,7 @@ from gazctl.commands.common import (
 )
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
+from gazctl.heads import head_metadata
 
 log = logging.getLogger("gazctl")
 
@@ -213,16 +210,8 @@ async def _reset_head(client: JournalClient, journal: Journal) -> Outcome:
 
 
 async def _index_head(client: JournalClient, journal: str) -> int:
-    """The end of `journal`'s fragment index, by a non-blocking metadata read at offset -1."""
-    async with Reader(client, journal, offset=-1, block=False, metadata_only=True) as reader:
-        while True:
-            try:
-                await reader.read()
-            except OffsetJump:
-                continue  # -1 resolves to the head: the broker says where that is.
-            except OffsetNotYetAvailable:
-                return reader.response.offset
-            raise ProtocolError("metadata read at the head returned content or ended early", journal=journal)
+    """The end of `journal`'s fragment index."""
+    return (await head_metadata(client, journal)).offset
 
 
 async def _suspend(client: JournalClient, journal: Journal, mode: int) -> Outcome:

@@ -141,6 +141,12 @@ class ShardClient:
             log.debug("applied batch", extra={"changes": len(batch), "revision": resp.header.etcd.revision})
         return resp
 
+    async def stat(self, shard: str) -> pb.StatResponse:
+        """The shard's Stat, whatever its status (a shard without a primary answers NO_SHARD_PRIMARY)."""
+        resp = await self.call("Stat", pb.StatRequest(shard=shard), f"shard {shard}")
+        assert isinstance(resp, pb.StatResponse)
+        return resp
+
     async def unassign(self, shards: Sequence[str], only_failed: bool, dry_run: bool) -> pb.UnassignResponse:
         resp = await self.call("Unassign", pb.UnassignRequest(shards=shards, only_failed=only_failed, dry_run=dry_run))
         assert isinstance(resp, pb.UnassignResponse)

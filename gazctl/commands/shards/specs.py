@@ -20,16 +20,29 @@ from broker.logs import LogFormat
 from broker.protocol import labels
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import reduce_replica_status
-from gazctl.commands.common import LogFormatOption, LogLevel, LogLevelOption, reported, setup, stdout_console
+from gazctl.commands.common import (
+    BrokerAddressOption,
+    LogFormatOption,
+    LogLevel,
+    LogLevelOption,
+    reported,
+    setup,
+    stdout_console,
+)
 from gazctl.commands.journals.specs import _read_specs
 from gazctl.commands.shards._app import app
 from gazctl.commands.shards._client import (
     ConsumerAddressOption,
     MaxTxnSizeOption,
+    RequiredSelectorOption,
     SelectorOption,
+    ShardClient,
     parse_shard_selector,
+    require_shard_selector,
     run,
 )
+from gazctl.commands.shards.lag import SourceLag, fetch_lag
+from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
 from gazctl.specs import shardspace
 
@@ -77,7 +90,16 @@ def list_command(
         list[str] | None,
         typer.Option("--label-columns", "-L", help="Show a column of this label's values (repeatable; table)"),
     ] = None,
+    lag: Annotated[
+        bool,
+        typer.Option(
+            "--lag",
+            help="Show, per source journal, its write head (asked of the broker), the offset the shard has read"
+            " through (asked of its primary) and the lag in bytes between them (table and json)",
+        ),
+    ] = False,
     consumer_address: ConsumerAddressOption = None,
+    broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
 ) -> None:
@@ -85,21 +107,36 @@ def list_command(
 
     The table shows ID and STATUS (the highest status of the shard's replicas: IDLE, BACKFILL,
     STANDBY, PRIMARY or FAILED), then the columns asked for; a member is shown as
-    `consumer-id:STATUS`. `list --format yaml` prints the shardspace with each shard's revision:
-    applying it unchanged is a no-op, and a modified copy updates exactly what changed.
+    `consumer-id:STATUS`. With --lag, each source journal of a shard is a row, with its WRITE HEAD,
+    the shard's READ THROUGH offset (of its last committed transaction) and the LAG in bytes;
+    `<none>` where it cannot be known (the journal does not exist, or the shard has no primary).
+    `list --format yaml` prints the shardspace with each shard's revision: applying it unchanged
+    is a no-op, and a modified copy updates exactly what changed.
     """
     with reported():
-        _logging(ctx, log_level, log_format)
+        if lag and output in (ListFormat.yaml, ListFormat.proto):
+            raise GazctlError(f"--lag shows in the table and json formats, not --format {output.value}")
+        settings = setup(ctx, broker_address, log_level, log_format)
         parsed = parse_shard_selector(selector)
-        resp = run(consumer_address, lambda client: client.list(parsed))
+
+        async def listing(client: ShardClient) -> tuple[pb.ListResponse, list[SourceLag]]:
+            resp = await client.list(parsed)
+            if not lag:
+                return resp, []
+            async with settings.client() as journals:
+                return resp, await fetch_lag(client, journals, resp)
+
+        resp, lags = run(consumer_address, listing)
         if output is ListFormat.yaml:
             sys.stdout.write(to_yaml(resp))
         elif output is ListFormat.json:
-            sys.stdout.write(to_json(resp) + "\n")
+            sys.stdout.write(to_json(resp, lags if lag else None) + "\n")
         elif output is ListFormat.proto:
             sys.stdout.write(text_format.MessageToString(resp))
         else:
             headers, rows = table_cells(resp, rf, primary, replicas, label_columns or ())
+            if lag:
+                headers, rows = with_lag(headers, rows, resp, lags)
             console = stdout_console()
             if console.is_terminal:
                 out = Table(box=box.ASCII, show_edge=True, highlight=False)
@@ -149,6 +186,24 @@ def table_cells(
     return headers, rows
 
 
+def with_lag(
+    headers: list[str], rows: list[list[str]], resp: pb.ListResponse, lags: list[SourceLag]
+) -> tuple[list[str], list[list[str]]]:
+    """The table with a row per source journal of each shard (the shard's cells repeated) and its lag."""
+    by_shard: dict[str, list[SourceLag]] = {}
+    for item in lags:
+        by_shard.setdefault(item.shard, []).append(item)
+    out = []
+    for shard, row in zip(resp.shards, rows, strict=True):
+        sources = by_shard.get(shard.spec.id, [])
+        if not sources:
+            out.append([*row, NONE, NONE, NONE, NONE])
+        for item in sources:
+            cells = (item.write_head, item.read_through, item.lag)
+            out.append([*row, item.journal, *(NONE if c is None else str(c) for c in cells)])
+    return [*headers, "JOURNAL", "WRITE HEAD", "READ THROUGH", "LAG"], out
+
+
 def table_text(headers: list[str], rows: list[list[str]]) -> str:
     """The table as plain text (for a pipe or a file), with rich's ASCII box."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
@@ -168,10 +223,14 @@ def to_yaml(resp: pb.ListResponse) -> str:
     return shardspace.dump(shardspace.hoist((s.spec, s.mod_revision) for s in resp.shards))
 
 
-def to_json(resp: pb.ListResponse) -> str:
-    """One JSON object of the response: proto field names, defaults included, in field order."""
+def to_json(resp: pb.ListResponse, lags: list[SourceLag] | None = None) -> str:
+    """One JSON object of the response: proto field names, defaults included, in field order;
+    with `lags`, a `lag` list of {shard, journal, write_head, read_through, lag} after them."""
     doc = json_format.MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return json.dumps(_in_field_order(resp.DESCRIPTOR, doc))
+    out = _in_field_order(resp.DESCRIPTOR, doc)
+    if lags is not None:
+        out["lag"] = [item.as_dict() for item in lags]
+    return json.dumps(out)
 
 
 def _in_field_order(descriptor: Descriptor, doc: dict[str, Any]) -> dict[str, Any]:
@@ -225,3 +284,40 @@ def apply_command(
             raise GazctlError(f"{file}: the shardspace has no shards to apply")
         resp = run(consumer_address, lambda client: client.apply(changes, max_txn_size))
         log.info("successfully applied", extra={"revision": resp.header.etcd.revision, "changes": len(changes)})
+
+
+@app.command("edit")
+def edit_command(
+    ctx: typer.Context,
+    selector: RequiredSelectorOption = "",
+    max_txn_size: MaxTxnSizeOption = 0,
+    consumer_address: ConsumerAddressOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = None,
+) -> None:
+    """Edit the specs of the selected shards in an editor, then apply them.
+
+    The shards are listed as a shardspace YAML (as `list --format yaml` prints it) and opened in
+    $GAZ_EDITOR, else $EDITOR, else vi. Saving applies it, checked against each shard's revision.
+    If the apply fails, the editor opens again with the error at the top (your text and comments
+    kept); saving no change, or an empty file, aborts without applying anything.
+    """
+    with reported():
+        _logging(ctx, log_level, log_format)
+        parsed = require_shard_selector(selector)
+        listed = run(consumer_address, lambda client: client.list(parsed))
+        if not listed.shards:
+            raise GazctlError(f"no shards match --selector {selector!r}")
+
+        def apply_text(text: str) -> int:
+            changes = [shardspace.change(flat) for flat in shardspace.load_flat(text, "<edited>")]
+            if not changes:
+                raise GazctlError("the shardspace has no shards to apply")
+            resp = run(consumer_address, lambda client: client.apply(changes, max_txn_size))
+            return int(resp.header.etcd.revision)
+
+        revision = edit_until_applied(to_yaml(listed), apply_text, name="shards")
+        if revision is None:
+            sys.stderr.write("edit cancelled: no changes were made\n")
+            return
+        log.info("successfully applied", extra={"revision": revision})
