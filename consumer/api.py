@@ -27,6 +27,7 @@ caller may do everything (as the broker without `--broker.auth-keys`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -191,21 +192,45 @@ class ShardAPI(pb_grpc.ShardServicer):
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         proxied = request.HasField("header")
-        try:
-            res = await self.service.resolver.resolve(
-                request.shard,
-                may_proxy=not proxied,
-                proxy_header=request.header if proxied else None,
-                read_through=dict(request.read_through),
-            )
-        except ResolverStopped as exc:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"{exc} (the consumer is stopping; retry)")
-        except ResolverError as exc:
-            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if res.status != pb.OK:
-            return pb.StatResponse(status=res.status, header=res.header)  # type: ignore[arg-type]
-        if res.shard is None:
-            return await self._proxy_stat(request, res.header, context)
+        loop = asyncio.get_running_loop()
+        remaining = context.time_remaining()
+        deadline = loop.time() + (remaining if remaining is not None else PROXY_TIMEOUT)
+        while True:
+            try:
+                res = await self.service.resolver.resolve(
+                    request.shard,
+                    may_proxy=not proxied,
+                    proxy_header=request.header if proxied else None,
+                    read_through=dict(request.read_through),
+                )
+            except ResolverStopped as exc:
+                await _abort(context, grpc.StatusCode.UNAVAILABLE, f"{exc} (the consumer is stopping; retry)")
+            except ResolverError as exc:
+                await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            unavailable = ""
+            status: int
+            if res.status == pb.OK and res.shard is None:
+                response = await self._proxy_stat(request, res.header, context, retry=not proxied)
+                if isinstance(response, pb.StatResponse) and response.status != pb.SHARD_STOPPED:
+                    return response
+                if isinstance(response, str):
+                    status, header, unavailable = pb.SHARD_STOPPED, res.header, response
+                else:
+                    status, header = int(response.status), response.header
+            elif res.status != pb.OK:
+                status, header = int(res.status), res.header
+            else:
+                break
+            # A primary that stopped (handed off, or exiting) while the request waited on it: a
+            # request this process may route again waits for the shard's route to change, then
+            # resolves again, until its deadline.
+            if proxied or status != pb.SHARD_STOPPED or not await self._route_changes(
+                request.shard, res.header.route, deadline
+            ):
+                if unavailable:
+                    await _abort(context, grpc.StatusCode.UNAVAILABLE, unavailable)
+                return pb.StatResponse(status=status, header=header)  # type: ignore[arg-type]
+        assert res.shard is not None
         try:
             progress = res.shard.progress
             return pb.StatResponse(
@@ -215,9 +240,22 @@ class ShardAPI(pb_grpc.ShardServicer):
         finally:
             res.done()
 
+    async def _route_changes(self, shard: str, route: bpb.Route, deadline: float) -> bool:
+        """Wait until the shard's route differs from `route` (True), or the deadline passes (False)."""
+        keyspace = self.service.keyspace
+        loop = asyncio.get_running_loop()
+        while keyspace.route(shard) == route:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await keyspace.wait_for_change_within(remaining)
+        return True
+
     async def _proxy_stat(
-        self, request: pb.StatRequest, header: bpb.Header, context: grpc.aio.ServicerContext
-    ) -> pb.StatResponse:
+        self, request: pb.StatRequest, header: bpb.Header, context: grpc.aio.ServicerContext, *, retry: bool
+    ) -> pb.StatResponse | str:
+        """Forward Stat to the primary. With `retry`, a peer that is unavailable (exiting, or gone)
+        gives the error's text: the caller resolves again once the route changes."""
         route = header.route
         endpoint = route.endpoints[route.primary] if 0 <= route.primary < len(route.endpoints) else ""
         peer = f"{header.process_id.zone}#{header.process_id.suffix}"
@@ -232,6 +270,10 @@ class ShardAPI(pb_grpc.ShardServicer):
                 forwarded, timeout=remaining if remaining is not None else PROXY_TIMEOUT
             )
         except grpc.aio.AioRpcError as exc:
+            if retry and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                log.info("proxying Stat of %s to %s failed (%s); resolving again", request.shard, peer,
+                         exc.details())
+                return f"proxying Stat of {request.shard} to {peer}: {exc.details()}"
             await _abort(context, exc.code(), f"proxying Stat of {request.shard} to {peer}: {exc.details()}")
         return response
 

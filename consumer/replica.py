@@ -3,22 +3,36 @@
 The `ConsumerService` keeps one `Replica` per local assignment and tells it of every change of its
 assignment (`update`). A replica is what the application's handlers see as the `Shard`.
 
-- At a standby slot (slot > 0) it reports STANDBY: a shard without a recovery log has nothing to
-  play (recovery logs are not built yet, so a shard that names one is served the same way).
+- Every replica of a shard with a recovery log (`recovery_log_prefix` set) begins recovery at once
+  (Gazette's beginRecovery): it fetches the shard's hints from etcd, picks the primary's, else the
+  first backup, else none (`pick_first_hints`), and plays the log into a new temporary directory
+  with a `Player` (which checks the log's content-type).
+- At a standby slot (slot > 0) it serves as a standby (Gazette's serveStandby): it reports
+  BACKFILL while the player catches up, then STANDBY once the player tails the log's head (a hot
+  standby: the player keeps applying what the primary records). A shard without a recovery log
+  has nothing to play: it reports STANDBY at once.
 - At slot 0 it serves as primary (Gazette's servePrimary): it waits (bounded) until no other
   replica of the shard still reports PRIMARY (an in-place hand-off re-keys the old primary to a
-  standby slot, and that replica stops and reports STANDBY), builds the store
-  (`app.new_store(shard, None)`), restores its checkpoint (which fences off older primaries),
-  reports PRIMARY, then runs transactions: a Publisher on the shard's Clock over an
+  standby slot, and that replica stops and becomes a standby), then completes recovery (Gazette's
+  completeRecovery): a new random author, `inject_handoff` (the no-op fencing the previous
+  primary's Recorder out of the log), playback done, `Recorder.open` continuing the player's FSM
+  in its directory; a promoted hot standby only reads what was recorded since it last caught up.
+  It builds the store (`app.new_store(shard, recorder)`; the recorder is None without a recovery
+  log), restores its checkpoint (which fences off older primaries), stores the recovered hints as
+  `backup.0` (rotating older backups; retried with backoff), reports PRIMARY, then runs
+  transactions: a Publisher on the shard's Clock over an
   AppendService, a MessageChannel that `start_reading_messages` fills from each source at
   max(checkpoint read_through, source.min_offset), and a Sequencer from the checkpoint. When the
   channel closes and drains, the checkpoint is restored again and the loop repeats.
+  While primary it stores the Recorder's hints at the primary hints key every `hints_interval`
+  seconds (Gazette: 5 minutes) and once more when it stops serving cleanly.
 - A slot-0 assignment moving to another slot is a demotion: serving stops (the store is
-  destroyed) and the replica reports STANDBY at its new slot.
+  destroyed, the recorded directory removed) and the replica serves as a standby at its new slot
+  (playing the log anew).
 - An error while serving reports FAILED with the error's text (Gazette's prefixes, truncated at
   2048 characters); the replica stays FAILED, doing nothing, until it is unassigned.
-- `close()` (unassigned, or the service stops) cancels serving, waits for resolutions in use
-  (bounded) and destroys the store.
+- `close()` (unassigned, or the service stops) cancels serving and playback, waits for
+  resolutions in use (bounded), destroys the store and removes the playback directory.
 
 Statuses are written to the assignment's key, reduced with its current value (the largest code
 wins, as Gazette's ReplicaStatus.Reduce, except that a demoted primary's STANDBY replaces its
@@ -32,7 +46,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.client import AppendService, JournalClient
@@ -43,7 +60,19 @@ from consumer.checkpoint import flatten_producer_states, flatten_read_through
 from consumer.keyspace import encode_replica_status
 from consumer.message import Clock, Publisher, Sequencer
 from consumer.protocol import pb as cpb
-from consumer.protocol.shard_spec import reduce_replica_status
+from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
+from consumer.recoverylog import (
+    FSMHints,
+    Player,
+    Recorder,
+    RecoveryLogError,
+    Resolved,
+    fetch_hints,
+    new_random_author,
+    pick_first_hints,
+    store_recorded_hints,
+    store_recovered_hints,
+)
 from consumer.transaction import (
     DEFAULT_READ_CHANNEL_SIZE,
     DEFAULT_RING_BUFFER_SIZE,
@@ -70,6 +99,10 @@ FLUSH_TIMEOUT: Final = 5.0
 """Seconds a primary that stops waits for its queued appends before dropping them."""
 CLOSE_TIMEOUT: Final = 10.0
 """Seconds `close` waits for resolutions of the shard still in use before destroying its store."""
+HINTS_INTERVAL: Final = 300.0
+"""Seconds between two stores of a primary's recorded hints (Gazette's hintsCh tick: 5 minutes)."""
+HINTS_TIMEOUT: Final = 5.0
+"""Seconds a primary that stops cleanly gives its last recorded hints to be committed and stored."""
 
 
 def status_backoff(attempt: int) -> float:
@@ -95,6 +128,38 @@ class ReplicaError(Exception):
     """Serving a shard failed; the message has Gazette's prefix (`completeRecovery: app.NewStore: ...`)."""
 
 
+@dataclass(eq=False)
+class _Recovery:
+    """A playback of the shard's recovery log (Gazette's beginRecovery), for a standby or a primary."""
+
+    player: Player
+    dir: str
+    task: asyncio.Task[Resolved]
+    hints: FSMHints | None = None
+    """The hints playback started from, once fetched."""
+
+    @property
+    def tailing(self) -> bool:
+        return self.player.tailing.is_set()
+
+
+@dataclass
+class RecoveryStats:
+    """How the replica's last completed recovery went (for logs, metrics and tests)."""
+
+    log: str
+    was_standby: bool
+    """Whether the replica served as a hot standby (tailing the log, STANDBY) before its promotion:
+    then it only read what the previous primary recorded since it last caught up."""
+    was_tailing: bool
+    """Whether the player had already caught up with the log when the hand-off began."""
+    playback_seconds: float
+    """Seconds from the promotion to the end of playback (the hand-off no-op read back)."""
+    live_files: int
+    hinted: bool
+    """Whether playback started from stored hints (else from the start of the log)."""
+
+
 class Replica:
     """One shard assigned to this process: a `consumer.shard.Shard` for the application."""
 
@@ -108,6 +173,7 @@ class Replica:
         assignment: Assignment,
         spec: cpb.ShardSpec,
         handoff_timeout: float = HANDOFF_TIMEOUT,
+        hints_interval: float = HINTS_INTERVAL,
     ) -> None:
         self._keyspace = keyspace
         self._etcd = etcd
@@ -116,6 +182,7 @@ class Replica:
         self.assignment = assignment
         self._spec = spec
         self.handoff_timeout = handoff_timeout
+        self.hints_interval = hints_interval
         self.clock = Clock()
         """The shard's publishing clock (Gazette's shard.clock), kept across transactions."""
         self.progress = ShardProgress()
@@ -128,6 +195,15 @@ class Replica:
         """Set when the replica stops being primary: closed, demoted or FAILED."""
         self.error: str | None = None
         """The error of a FAILED replica."""
+        self.recorder: Recorder | None = None
+        """The primary's Recorder (shards with a recovery log), once recovery completed."""
+        self.recovery_stats: RecoveryStats | None = None
+        """How the last completed recovery went."""
+        self.recovered_hints: FSMHints | None = None
+        """The hints of the state recovery ended with (stored as backup.0)."""
+        self._recovery: _Recovery | None = None
+        self._standby = False  # The current recovery served a STANDBY.
+        self._graceful = True
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._uses = 0
@@ -220,14 +296,18 @@ class Replica:
         self.error = None
         self._task = asyncio.create_task(self._serve(after, ready, done), name=f"shard {self.id}")
 
-    async def close(self) -> None:
-        """Stop serving (cancel), wait for resolutions in use (bounded), destroy the store."""
+    async def close(self, *, graceful: bool = True) -> None:
+        """Stop serving (cancel), wait for resolutions in use (bounded), destroy the store, stop
+        playback and remove its directory. Without `graceful` (a crash, see ConsumerService.abort)
+        nothing more is written to etcd (no last recorded hints)."""
         self._closed = True
+        self._graceful = graceful
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._end_recovery()
         self.done.set()
 
     async def wait_closed(self) -> None:
@@ -236,6 +316,119 @@ class Replica:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(self._task)
 
+    # -- recovery -------------------------------------------------------------------------------
+
+    @property
+    def recovery_log(self) -> str:
+        """The shard's recovery log, or "" when it has none."""
+        return recovery_log(self._spec)
+
+    @property
+    def tailing(self) -> bool:
+        """Whether a playback of the recovery log has caught up with its head (a hot standby)."""
+        return self._recovery is not None and self._recovery.tailing
+
+    def _begin_recovery(self) -> _Recovery:
+        """Gazette's beginRecovery: fetch hints, then play the log into a new temporary directory."""
+        if self._recovery is not None:
+            return self._recovery
+        spec = self._spec
+        player = Player()
+        dir = tempfile.mkdtemp(prefix=self.id.replace("/", "_") + "-")
+
+        async def play() -> Resolved:
+            try:
+                fetched = await fetch_hints(self._etcd, spec)
+            except Exception as exc:
+                raise ReplicaError(f"beginRecovery: fetching hints: {exc}") from exc
+            hints = pick_first_hints(fetched.hints, recovery_log(spec))
+            recovery.hints = hints
+            log.info("playing the recovery log", extra={
+                "shard": self.id, "log": hints.log, "dir": dir, "hinted_nodes": len(hints.live_nodes)})
+            try:
+                return await player.play(hints, dir, self._journal_client)
+            except RecoveryLogError as exc:
+                raise ReplicaError(f"playLog: {exc}") from exc
+
+        recovery = _Recovery(player, dir, asyncio.ensure_future(play()))
+        recovery.task.add_done_callback(_quiet)
+        self._recovery = recovery
+        return recovery
+
+    async def _end_recovery(self) -> None:
+        """Cancel any playback and remove its directory."""
+        recovery, self._recovery = self._recovery, None
+        self._standby = False
+        if recovery is None:
+            return
+        recovery.task.cancel()
+        await asyncio.gather(recovery.task, return_exceptions=True)
+        await asyncio.to_thread(shutil.rmtree, recovery.dir, True)
+
+    async def _complete_recovery(self, ajc: AppendService) -> Recorder:
+        """Gazette's completeRecovery up to the Recorder: hand the log off to a new author, finish
+        playback, and record from there on."""
+        recovery = self._recovery if self._recovery is not None else self._begin_recovery()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        was_tailing, was_standby = recovery.tailing, self._standby
+        author = new_random_author()
+        recovery.player.inject_handoff(author)
+        try:
+            resolved = await asyncio.shield(recovery.task)
+        except ReplicaError as exc:
+            raise ReplicaError(f"completeRecovery: {exc}") from exc
+        fsm = resolved.fsm
+        self.recovered_hints = fsm.build_hints(fsm.last_log)
+        try:
+            recorder = await Recorder.open(self.recovery_log, fsm, author, resolved.dir, ajc)
+        except Exception as exc:
+            raise ReplicaError(f"completeRecovery: NewRecorder: {exc}") from exc
+        hints = recovery.hints
+        self.recovery_stats = RecoveryStats(
+            log=resolved.log, was_standby=was_standby, was_tailing=was_tailing, playback_seconds=loop.time() - started,
+            live_files=len(fsm.live_nodes), hinted=bool(hints is not None and hints.live_nodes),
+        )
+        log.info(
+            "completed recovery of shard %s from %s (%s; hand-off in %.3fs, %d live files)",
+            self.id, resolved.log, "promoted from a hot standby" if was_standby else "played as a new primary",
+            self.recovery_stats.playback_seconds, len(fsm.live_nodes),
+            extra={"shard": self.id, "author": author, "was_standby": was_standby, "was_tailing": was_tailing},
+        )
+        return recorder
+
+    async def _store_recovered_hints(self, recorder: Recorder) -> None:
+        """Store the hints recovery ended with as `backup.0`, retried with backoff (Gazette's
+        storeRecoveredHints); skipped if they are of another log than the shard's."""
+        hints = self.recovered_hints
+        if hints is None or hints.log != self.recovery_log:
+            return
+        attempt = 0
+        while True:
+            a = self.assignment
+            try:
+                await store_recovered_hints(self._etcd, self._spec, hints, a.key, a.create_revision)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("storing recovered hints failed (will retry): %s", exc, extra={"shard": self.id})
+            await asyncio.sleep(status_backoff(attempt))
+            attempt += 1
+
+    async def _store_recorded_hints(self, recorder: Recorder) -> bool:
+        """Store the Recorder's current hints at the primary hints key (Gazette's storeRecordedHints)."""
+        hints = await recorder.build_hints()
+        a = self.assignment
+        return await store_recorded_hints(self._etcd, self._spec, hints, a.key, a.create_revision)
+
+    async def _tick_hints(self, tick: asyncio.Event) -> None:
+        """Set `tick` every hints_interval: the transaction loop stores recorded hints between two
+        transactions (Gazette's hintsCh)."""
+        while True:
+            await asyncio.sleep(self.hints_interval)
+            tick.set()
+
     # -- serving --------------------------------------------------------------------------------
 
     async def _serve(self, after: asyncio.Task[None] | None, ready: asyncio.Event, done: asyncio.Event) -> None:
@@ -243,8 +436,7 @@ class Replica:
             await asyncio.wait({after})  # The previous serving's teardown (store destroyed).
         try:
             if self.assignment.slot != 0:
-                # No recovery log to play: a standby is ready at once.
-                await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY), replace=True)
+                await self._serve_standby()
                 return
             await self._serve_primary(ready, done)
         except asyncio.CancelledError:
@@ -259,65 +451,95 @@ class Replica:
         finally:
             done.set()
 
+    async def _serve_standby(self) -> None:
+        """Gazette's serveStandby: BACKFILL while the log plays, STANDBY once it tails the head
+        (at once without a recovery log); then keep playing, failing if playback fails."""
+        if not self.recovery_log:
+            await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY), replace=True)
+            return
+        recovery = self._begin_recovery()
+        # Replaces a demoted primary's PRIMARY (the largest code would win otherwise).
+        await self._update_status(cpb.ReplicaStatus(code=Code.BACKFILL), replace=True)
+        tailing = asyncio.ensure_future(recovery.player.tailing.wait())
+        try:
+            # asyncio.wait cancels neither: a promotion cancels this task, never the playback.
+            await asyncio.wait({tailing, recovery.task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tailing.cancel()
+        if recovery.player.tailing.is_set() and not recovery.task.done():
+            log.info("shard standby is tailing its recovery log", extra={"shard": self.id})
+            await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY))
+            self._standby = True
+        await asyncio.wait({recovery.task})
+        exc = recovery.task.exception() if not recovery.task.cancelled() else None
+        if exc is not None:
+            raise exc
+        if recovery.task.cancelled():
+            raise ReplicaError("playLog: playback was cancelled")
+        raise ReplicaError("playLog: playback ended while serving as a standby")
+
     async def _serve_primary(self, ready: asyncio.Event, done: asyncio.Event) -> None:
+        if self.recovery_log and self._recovery is None:
+            # A new primary plays the log from the start of its assignment (while the previous
+            # primary, if any, stops), reporting BACKFILL: it never tails as a standby, it hands
+            # off at the head.
+            self._begin_recovery()
+            await self._update_status(cpb.ReplicaStatus(code=Code.BACKFILL))
         await self._await_handoff()
+        # Messages and ACKs carry UUIDs that read-committed readers deduplicate, so an append whose
+        # outcome is unknown (a broker died mid-commit) is retried, as Gazette's AppendService does.
+        # A recovery log's duplicated ops are skipped by players (their seq_no is already applied).
+        ajc = AppendService(self._journal_client, retry_unknown_outcome=True)
+        recorder: Recorder | None = None
+        store: Store | None = None
+        hints_task: asyncio.Task[None] | None = None
+        hints_tick: asyncio.Event | None = None
         try:
-            store = await self.app.new_store(self, None)
-        except Exception as exc:
-            raise ReplicaError(f"completeRecovery: app.NewStore: {exc}") from exc
-        self.store = store
-        try:
+            if self.recovery_log:
+                recorder = await self._complete_recovery(ajc)
+                self.recorder = recorder
+            try:
+                store = await self.app.new_store(self, recorder)
+            except Exception as exc:
+                raise ReplicaError(f"completeRecovery: app.NewStore: {exc}") from exc
+            self.store = store
             try:
                 checkpoint = await store.restore_checkpoint(self)
             except Exception as exc:
                 raise ReplicaError(f"completeRecovery: store.RestoreCheckpoint: {exc}") from exc
+            if recorder is not None:
+                await self._store_recovered_hints(recorder)
+                hints_tick = asyncio.Event()
+                hints_task = asyncio.create_task(self._tick_hints(hints_tick), name=f"hints {self.id}")
             await self._update_status(cpb.ReplicaStatus(code=Code.PRIMARY))
             ready.set()
             log.info("shard serving as primary", extra={"shard": self.id})
-            await self._run(store, checkpoint)
+            await self._run(store, checkpoint, ajc, hints_tick)
         finally:
+            if hints_task is not None:
+                hints_task.cancel()
+                await asyncio.gather(hints_task, return_exceptions=True)
             if self.store is store:
                 self.store = None
             done.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), CLOSE_TIMEOUT)
-            try:
-                await store.destroy()
-            except Exception:
-                log.exception("destroying the store of shard %s failed", self.id)
-
-    async def _run(self, store: Store, checkpoint: cpb.Checkpoint) -> None:
-        # Messages and ACKs carry UUIDs that read-committed readers deduplicate, so an append whose
-        # outcome is unknown (a broker died mid-commit) is retried, as Gazette's AppendService does.
-        ajc = AppendService(self._journal_client, retry_unknown_outcome=True)
-        try:
-            publisher = Publisher(ajc, self.clock)
-            while True:
-                spec = self._spec
-                channel = MessageChannel(spec.read_channel_size or DEFAULT_READ_CHANNEL_SIZE)
-                readers = start_reading_messages(self, self.app, checkpoint, channel)
-                sequencer = Sequencer(
-                    flatten_read_through(checkpoint),
-                    flatten_producer_states(checkpoint),
-                    spec.ring_buffer_size or DEFAULT_RING_BUFFER_SIZE,
-                )
+            if store is not None:
                 try:
-                    await run_transactions(
-                        self, self.app, store, checkpoint, channel, sequencer, publisher, progress=self.progress
-                    )
-                except Exception as exc:
-                    raise ReplicaError(f"runTransactions: {exc}") from exc
-                finally:
-                    channel.close()
-                    for task in readers:
-                        task.cancel()
-                    await asyncio.gather(*readers, return_exceptions=True)
-                # The channel closed and drained: start again from the committed checkpoint.
-                try:
-                    checkpoint = await store.restore_checkpoint(self)
-                except Exception as exc:
-                    raise ReplicaError(f"store.RestoreCheckpoint: {exc}") from exc
-        finally:
+                    await store.destroy()
+                except Exception:
+                    log.exception("destroying the store of shard %s failed", self.id)
+            if recorder is not None:
+                if self._graceful and recorder.failed is None:
+                    # A clean stop: the last recorded hints (fenced by the assignment: skipped
+                    # once it is gone, and failing once a new primary took the log).
+                    try:
+                        await asyncio.wait_for(self._store_recorded_hints(recorder), HINTS_TIMEOUT)
+                    except Exception as exc:
+                        log.info("storing recorded hints at stop failed: %s", exc, extra={"shard": self.id})
+                await recorder.close()
+                if self.recorder is recorder:
+                    self.recorder = None
             # Let queued appends finish for a while (ACKs of committed transactions help readers;
             # the next primary writes them again anyway), then drop the rest: uncommitted.
             try:
@@ -325,6 +547,44 @@ class Replica:
             except BaseException:
                 with contextlib.suppress(Exception):
                     await ajc.close(cancel=True)
+            await self._end_recovery()
+
+    async def _run(
+        self, store: Store, checkpoint: cpb.Checkpoint, ajc: AppendService, hints_tick: asyncio.Event | None
+    ) -> None:
+        publisher = Publisher(ajc, self.clock)
+        recorder = self.recorder
+
+        async def store_hints() -> None:
+            if recorder is not None:
+                await self._store_recorded_hints(recorder)
+
+        while True:
+            spec = self._spec
+            channel = MessageChannel(spec.read_channel_size or DEFAULT_READ_CHANNEL_SIZE)
+            readers = start_reading_messages(self, self.app, checkpoint, channel)
+            sequencer = Sequencer(
+                flatten_read_through(checkpoint),
+                flatten_producer_states(checkpoint),
+                spec.ring_buffer_size or DEFAULT_RING_BUFFER_SIZE,
+            )
+            try:
+                await run_transactions(
+                    self, self.app, store, checkpoint, channel, sequencer, publisher, progress=self.progress,
+                    hints=hints_tick, store_hints=store_hints,
+                )
+            except Exception as exc:
+                raise ReplicaError(f"runTransactions: {exc}") from exc
+            finally:
+                channel.close()
+                for task in readers:
+                    task.cancel()
+                await asyncio.gather(*readers, return_exceptions=True)
+            # The channel closed and drained: start again from the committed checkpoint.
+            try:
+                checkpoint = await store.restore_checkpoint(self)
+            except Exception as exc:
+                raise ReplicaError(f"store.RestoreCheckpoint: {exc}") from exc
 
     async def _await_handoff(self) -> None:
         """Wait until no other replica of the shard reports PRIMARY (bounded by handoff_timeout)."""
@@ -386,6 +646,12 @@ class Replica:
         return None
 
 
+def _quiet(future: asyncio.Future[Any]) -> None:
+    """Mark a failed playback's exception as retrieved (the serving task reports it)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _copy(status: cpb.ReplicaStatus) -> cpb.ReplicaStatus:
     out = cpb.ReplicaStatus()
     out.CopyFrom(status)
@@ -395,7 +661,9 @@ def _copy(status: cpb.ReplicaStatus) -> cpb.ReplicaStatus:
 __all__ = [
     "CLOSE_TIMEOUT",
     "HANDOFF_TIMEOUT",
+    "HINTS_INTERVAL",
     "MAX_ETCD_ERR_LEN",
+    "RecoveryStats",
     "Replica",
     "ReplicaError",
     "failed_status",

@@ -14,10 +14,12 @@ Application, `start()`:
    here is closed (its serving cancelled, its store destroyed).
 
 `stop()` is the graceful exit: mark the member `exiting` (the allocator moves its shards to other
-members, each through a standby that must report STANDBY before the primary is released), wait
-until no shard is assigned here (at most `exit_timeout` seconds: a lone member keeps its shards),
-stop the allocator, close the replicas and the mirror, and revoke the lease (which deletes the
-member key and any assignment left).
+members, each through a standby that must report STANDBY before the primary is released: with
+`hot_standbys: 0` it adds one beyond the replication first, which plays the shard's recovery log
+until it tails it), wait until no shard is assigned here (at most `exit_timeout` seconds: a lone
+member keeps its shards), all the while resolving local shards, then stop resolving them, stop the
+allocator, close the replicas (a primary with a recovery log stores its last recorded hints) and
+the mirror, and revoke the lease (which deletes the member key and any assignment left).
 
 `abort()` is the crash: it stops serving at once as a SIGKILLed process would, releasing nothing
 (no `exiting`, no hand-off, no status update); the lease expires after its TTL, or is revoked at
@@ -43,7 +45,7 @@ from consumer.application import Application
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.protocol import pb as cpb
 from consumer.protocol.validation import validate_consumer_spec
-from consumer.replica import HANDOFF_TIMEOUT, Replica
+from consumer.replica import HANDOFF_TIMEOUT, HINTS_INTERVAL, Replica
 from consumer.resolver import Resolver
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ class ConsumerService:
         watch_delay: float = WATCH_DELAY,
         exit_timeout: float = EXIT_TIMEOUT,
         handoff_timeout: float = HANDOFF_TIMEOUT,
+        hints_interval: float = HINTS_INTERVAL,
     ) -> None:
         validate_consumer_spec(spec)
         self.etcd = etcd
@@ -78,6 +81,7 @@ class ConsumerService:
         self.max_replication = max_replication
         self.exit_timeout = exit_timeout
         self.handoff_timeout = handoff_timeout
+        self.hints_interval = hints_interval
         self.member_id = (spec.process_spec.id.zone, spec.process_spec.id.suffix)
         self.keyspace = KeySpace(etcd, self.root, schema=CONSUMER_SCHEMA, watch_delay=watch_delay)
         self.announcement = Announcement(
@@ -120,7 +124,8 @@ class ConsumerService:
         if self._stopped:
             return
         self._stopped = True
-        self.resolver.stop()
+        # Local shards keep resolving while they are handed off (as Gazette stops serving local
+        # shards only once Allocate returned): requests proxied here meanwhile are still answered.
         if self._started and not self.lost.is_set():
             try:
                 await self.announcement.set_exiting()
@@ -132,6 +137,7 @@ class ConsumerService:
                 )
             except Exception as exc:
                 log.warning("graceful exit failed (%s); stopping anyway", exc)
+        self.resolver.stop()
         await self._shutdown()
         try:
             await self.announcement.release()
@@ -164,7 +170,8 @@ class ConsumerService:
         for task in tasks:
             task.cancel()
         replicas, self.replicas = list(self.replicas.values()), {}
-        closing = [asyncio.ensure_future(r.close()) for r in replicas]  # Cancels each serving task.
+        # Cancels each serving task; no last recorded hints are stored, as a crash stores none.
+        closing = [asyncio.ensure_future(r.close(graceful=False)) for r in replicas]
         watch = asyncio.ensure_future(self.keyspace.close())
         await asyncio.gather(*tasks, *closing, watch, *self._closing, return_exceptions=True)
         if revoke_lease:
@@ -245,6 +252,7 @@ class ConsumerService:
                 replica = Replica(
                     keyspace=self.keyspace, etcd=self.etcd, journal_client=self.journal_client, app=self.app,
                     assignment=a, spec=spec, handoff_timeout=self.handoff_timeout,
+                    hints_interval=self.hints_interval,
                 )
                 self.replicas[shard_id] = replica
                 log.info("shard assigned", extra={"shard": shard_id, "slot": a.slot})

@@ -2,7 +2,8 @@
 
 `app` is a CountingApp (tests/consumer/apps.py) whose SQLite file and derived journal come from
 the environment of the consumer process: $GAZETTE_TEST_COUNTS_DB (created with its tables when
-missing) and $GAZETTE_TEST_DERIVED (no derived messages when unset).
+missing) and $GAZETTE_TEST_DERIVED (no derived messages when unset). `recorded_app` is a RecordedCountingApp
+mirroring its state to $GAZETTE_TEST_STATE_DIR.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from consumer.stores import SQLStore
-from tests.consumer.apps import CountingApp, create_tables
+from tests.consumer.apps import CountingApp, RecordedCountingApp, create_tables
 
 COUNTS_DB_ENV = "GAZETTE_TEST_COUNTS_DB"
 DERIVED_ENV = "GAZETTE_TEST_DERIVED"
+STATE_DIR_ENV = "GAZETTE_TEST_STATE_DIR"
 
 
 class EnvCountingApp(CountingApp):
@@ -35,3 +37,15 @@ app = EnvCountingApp()
 
 not_an_app = object()
 """An object without the Application methods."""
+
+
+class EnvRecordedCountingApp(RecordedCountingApp):
+    """A RecordedCountingApp mirroring its state to $GAZETTE_TEST_STATE_DIR (if set)."""
+
+    def __init__(self) -> None:
+        state_dir = os.environ.get(STATE_DIR_ENV, "")
+        super().__init__(Path(state_dir) if state_dir else None)
+
+
+recorded_app = EnvRecordedCountingApp()
+"""Counts into a store recorded to the shard's recovery log (`tests.consumer.cli_apps:recorded_app`)."""

@@ -1,0 +1,390 @@
+"""Shards with a recovery log, across real `gazette consume` processes (a real `gazette serve` and
+etcd): recovery from the log after a SIGKILL, hot standbys taking over, SIGTERM hand-off, and the
+hints GetHints returns. The application is `tests.consumer.cli_apps:recorded_app`: it counts
+messages by key into a JSON state recorded to the shard's recovery log, and mirrors each committed
+state (and the state a primary recovered) to files the test reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from broker.client import AppendService, JournalClient
+from broker.protocol import labels
+from consumer.protocol import pb as cpb
+from consumer.protocol import pb_grpc as cpb_grpc
+from tests.broker.client.helpers import create_journal, unique
+from tests.consumer.apps import NDJSON
+from tests.consumer.cli_apps import STATE_DIR_ENV
+from tests.consumer.test_consume_cli import child_env, publish
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec
+
+APP = "tests.consumer.cli_apps:recorded_app"
+LEASE = 3.0
+"""The consumers' etcd lease TTL: a SIGKILLed member's shards move after it."""
+WAIT = 30.0
+Code = cpb.ReplicaStatus.Code
+
+
+class Consumer:
+    """One `python -m consumer consume` child running the recorded counting app."""
+
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, consumer_id: str) -> None:
+        self.id = consumer_id
+        self.port = free_port()
+        self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
+        args = [
+            sys.executable, "-m", "consumer", "consume", APP,
+            "--consumer.id", consumer_id, "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
+            "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
+            "--etcd.prefix", prefix, "--etcd.lease", str(LEASE), "--log.level", "debug",
+        ]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=child_env(**{STATE_DIR_ENV: str(tmp)}), cwd=ROOT)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"consumer exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"consumer not ready after {timeout}s:\n{self.logs()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = WAIT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._log.close()
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
+    async with AppendService(client) as svc:
+        yield svc
+
+
+class Cluster:
+    """A source journal, a shard with a recovery log, and the consumers serving it."""
+
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, client: JournalClient) -> None:
+        self.tmp, self.broker, self.etcd, self.client = tmp, broker, etcd, client
+        self.prefix = f"/test/{uuid.uuid4().hex}"
+        self.shard = "counter-" + uuid.uuid4().hex[:8]
+        self.source = unique("recovery-cli/src")
+        self.log_prefix = unique("recovery-cli/logs")
+        self.consumers: dict[str, Consumer] = {}
+
+    @property
+    def recovery_log(self) -> str:
+        return f"{self.log_prefix}/{self.shard}"
+
+    async def create_journals(self) -> None:
+        await create_journal(self.client, journal_spec(self.source, content_type=NDJSON))
+        log_spec = journal_spec(self.recovery_log, content_type=labels.CONTENT_TYPE_RECOVERY_LOG)
+        await create_journal(self.client, log_spec)
+
+    async def start(self, *ids: str) -> None:
+        started = [Consumer(self.tmp, self.broker, self.etcd, self.prefix, i) for i in ids]
+        for c in started:
+            self.consumers[c.id] = c
+        await asyncio.gather(*(asyncio.to_thread(c.wait_ready) for c in started))
+
+    def spec(self, hot_standbys: int) -> cpb.ShardSpec:
+        spec = cpb.ShardSpec(
+            id=self.shard, max_txn_duration=Duration(nanos=50_000_000), hot_standbys=hot_standbys,
+            recovery_log_prefix=self.log_prefix, hint_prefix=f"/test-hints/{uuid.uuid4().hex}", hint_backups=2,
+        )
+        spec.sources.add(journal=self.source)
+        return spec
+
+    def stub(self, consumer_id: str) -> tuple[grpc.aio.Channel, cpb_grpc.ShardStub]:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.consumers[consumer_id].port}")
+        return channel, cpb_grpc.ShardStub(channel)
+
+    async def statuses(self, stub: cpb_grpc.ShardStub) -> dict[str, tuple[int, int]]:
+        """Each member's (slot order, status code) of the shard, by consumer ID."""
+        listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
+        out: dict[str, tuple[int, int]] = {}
+        for shard in listed.shards:
+            if shard.spec.id == self.shard:
+                for i, (member, status) in enumerate(zip(shard.route.members, shard.status, strict=True)):
+                    out[member.suffix] = (0 if i == shard.route.primary else 1, status.code)
+        return out
+
+    async def wait_statuses(
+        self, stub: cpb_grpc.ShardStub, want: dict[int, int], primary: str | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """Wait until the shard's replicas have the wanted count of each status code (and `primary`
+        is the primary, if given)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            got = await self.statuses(stub)
+            counts: dict[int, int] = {}
+            for _, code in got.values():
+                counts[code] = counts.get(code, 0) + 1
+            if counts == want and (primary is None or got.get(primary) == (0, Code.PRIMARY)):
+                return got
+            if loop.time() > deadline:
+                pytest.fail(f"shard statuses {got}, wanted counts {want}\n" + self.all_logs())
+            await asyncio.sleep(0.05)
+
+    def primary_of(self, statuses: dict[str, tuple[int, int]]) -> str:
+        [primary] = [cid for cid, (slot, code) in statuses.items() if slot == 0 and code == Code.PRIMARY]
+        return primary
+
+    def state(self, kind: str) -> dict[str, Any] | None:
+        path = self.tmp / f"{self.shard}.{kind}.json"
+        if not path.exists():
+            return None
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+
+    async def wait_committed(self, expected: dict[str, int]) -> dict[str, Any]:
+        """Wait until a committed state equals `expected`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            doc = self.state("committed")
+            if doc is not None and doc["state"] == expected:
+                return doc
+            if loop.time() > deadline:
+                pytest.fail(f"committed state {doc}, expected {expected}\n" + self.all_logs())
+            await asyncio.sleep(0.05)
+
+    async def stat_through(self, stub: cpb_grpc.ShardStub, offset: int) -> cpb.StatResponse:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            resp: cpb.StatResponse = await stub.Stat(
+                cpb.StatRequest(shard=self.shard, read_through={self.source: offset}), timeout=WAIT
+            )
+            if resp.status == cpb.OK:
+                return resp
+            if loop.time() > deadline:
+                pytest.fail(f"shard {self.shard} did not serve: {resp}\n" + self.all_logs())
+            await asyncio.sleep(0.05)
+
+    def all_logs(self) -> str:
+        return "\n".join(f"--- {cid}:\n{c.logs()[-6000:]}" for cid, c in self.consumers.items())
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(asyncio.to_thread(c.stop, signal.SIGKILL) for c in self.consumers.values()),
+                             return_exceptions=True)
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, broker: BrokerProcess, etcd_endpoint: str, client: JournalClient
+) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path, broker, etcd_endpoint, client)
+    await c.create_journals()
+    try:
+        yield c
+    finally:
+        await c.stop_all()
+
+
+def counts(*keys: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+async def get_hints(stub: cpb_grpc.ShardStub, shard: str) -> cpb.GetHintsResponse:
+    resp: cpb.GetHintsResponse = await stub.GetHints(cpb.GetHintsRequest(shard=shard), timeout=WAIT)
+    assert resp.status == cpb.OK, resp
+    return resp
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+async def test_sigkilled_primary_recovers_on_another_member_from_its_log(
+    cluster: Cluster, appender: AppendService
+) -> None:
+    await cluster.start("rec-a", "rec-b")
+    channel, stub = cluster.stub("rec-a")
+    async with channel:
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
+        assert applied.status == cpb.OK
+        first = await cluster.wait_statuses(stub, {Code.PRIMARY: 1})
+        primary = cluster.primary_of(first)
+        other = "rec-b" if primary == "rec-a" else "rec-a"
+
+        keys = ["a", "b", "a", "c", "a", "b"]
+        head = await publish(appender, cluster.source, *keys)
+        await cluster.stat_through(stub, head)
+        committed = await cluster.wait_committed(counts(*keys))
+        assert committed["pid"] == cluster.consumers[primary].proc.pid
+
+    await asyncio.to_thread(cluster.consumers[primary].stop, signal.SIGKILL)
+
+    channel, stub = cluster.stub(other)
+    async with channel:
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary=other)
+        recovered = cluster.state("recovered")
+        assert recovered is not None and recovered["pid"] == cluster.consumers[other].proc.pid
+        assert recovered["state"] == committed["state"], "the new primary recovered exactly the last commit"
+
+        more = ["c", "d", "a"]
+        head = await publish(appender, cluster.source, *more)
+        await cluster.stat_through(stub, head)
+        await cluster.wait_committed(counts(*keys, *more))  # Nothing counted twice, nothing lost.
+
+        # Each recovery stored its hints as backup.0, rotating the older to backup.1.
+        hints = await get_hints(stub, cluster.shard)
+        assert not hints.primary_hints.HasField("hints"), "no clean stop stored recorded hints"
+        [b0, b1] = hints.backup_hints
+        assert b0.hints.log == b1.hints.log == cluster.recovery_log
+        assert [n.fnode for n in b0.hints.live_nodes], "the recovered state.json is a live file"
+        assert not b1.hints.live_nodes, "the first primary recovered an empty log"
+    logs = cluster.consumers[other].logs()
+    assert "completed recovery of shard" in logs and "played as a new primary" in logs, logs
+
+
+async def test_hot_standby_takes_over_a_sigkilled_primary_without_replaying(
+    cluster: Cluster, appender: AppendService
+) -> None:
+    await cluster.start("hot-a", "hot-b")
+    channel, stub = cluster.stub("hot-a")
+    async with channel:
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(1))]))
+        assert applied.status == cpb.OK
+        first = await cluster.wait_statuses(stub, {Code.PRIMARY: 1, Code.STANDBY: 1})
+        primary = cluster.primary_of(first)
+        standby = "hot-b" if primary == "hot-a" else "hot-a"
+
+        keys = [f"k{i % 7}" for i in range(60)]
+        head = await publish(appender, cluster.source, *keys)
+        await cluster.stat_through(stub, head)
+        committed = await cluster.wait_committed(counts(*keys))
+
+    killed_at = time.monotonic()
+    await asyncio.to_thread(cluster.consumers[primary].stop, signal.SIGKILL)
+
+    channel, stub = cluster.stub(standby)
+    async with channel:
+        # Until the dead primary's lease expires, the shard is routed to it; then the standby serves.
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary=standby)
+        await cluster.stat_through(stub, head)
+        took_over = time.monotonic() - killed_at
+        recovered = cluster.state("recovered")
+        assert recovered is not None and recovered["pid"] == cluster.consumers[standby].proc.pid
+        assert recovered["state"] == committed["state"]
+
+        more = ["k1", "z"]
+        head = await publish(appender, cluster.source, *more)
+        await cluster.stat_through(stub, head)
+        await cluster.wait_committed(counts(*keys, *more))
+        hints = await get_hints(stub, cluster.shard)
+        assert hints.backup_hints[0].hints.live_nodes
+    logs = cluster.consumers[standby].logs()
+    assert "shard standby is tailing its recovery log" in logs, logs
+    assert "promoted from a hot standby" in logs, "the standby did not replay the log from its start"
+    assert took_over < LEASE + 5.0, f"the standby took {took_over:.1f}s to serve"
+
+
+@pytest.mark.parametrize("hot_standbys", [1, 0])
+async def test_sigterm_hands_primary_off_to_standby_without_failed_requests(
+    cluster: Cluster, appender: AppendService, hot_standbys: int
+) -> None:
+    await cluster.start("term-a", "term-b")
+    channel, stub = cluster.stub("term-a")
+    async with channel:
+        spec = cluster.spec(hot_standbys)
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=spec)]))
+        assert applied.status == cpb.OK
+        want = {Code.PRIMARY: 1, Code.STANDBY: 1} if hot_standbys else {Code.PRIMARY: 1}
+        first = await cluster.wait_statuses(stub, want)
+        primary = cluster.primary_of(first)
+    survivor = "term-b" if primary == "term-a" else "term-a"
+
+    keys: list[str] = []
+    failures: list[str] = []
+    served = 0
+    stop = asyncio.Event()
+
+    async def requests() -> None:
+        # Publish and read through continuously at the surviving member (proxied to the primary).
+        nonlocal served
+        ch, st = cluster.stub(survivor)
+        async with ch:
+            i = 0
+            while not stop.is_set():
+                key = f"t{i % 5}"
+                i += 1
+                keys.append(key)
+                head = await publish(appender, cluster.source, key)
+                try:
+                    resp = await st.Stat(cpb.StatRequest(shard=cluster.shard, read_through={cluster.source: head}),
+                                         timeout=WAIT)
+                except grpc.aio.AioRpcError as exc:
+                    failures.append(f"{exc.code()}: {exc.details()}")
+                    continue
+                if resp.status != cpb.OK:
+                    failures.append(cpb.Status.Name(resp.status))
+                else:
+                    served += 1
+
+    load = asyncio.create_task(requests())
+    try:
+        await asyncio.sleep(0.5)
+        rc = await asyncio.to_thread(cluster.consumers[primary].stop, signal.SIGTERM)
+        assert rc == 0, cluster.consumers[primary].logs()
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await load
+    assert not failures, failures
+    assert served > 5
+
+    channel, stub = cluster.stub(survivor)
+    async with channel:
+        statuses = await cluster.statuses(stub)
+        assert cluster.primary_of(statuses) == survivor
+        await cluster.wait_committed(counts(*keys))
+    logs = cluster.consumers[survivor].logs()
+    assert "promoted from a hot standby" in logs, logs
+    assert "Traceback" not in cluster.consumers[primary].logs()
