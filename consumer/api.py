@@ -16,9 +16,11 @@
 - **Unassign**: deletes the FAILED assignments of the shards, and their primary (slot 0) unless
   `only_failed`, in one transaction compared with each assignment's ModRevision; `dry_run` only
   reports which shards would be unassigned.
-- **GetHints**: the primary and backup FSMHints recorded in etcd under the shard's hint keys
-  (JSON or proto); absent keys give empty hints (recovery logs are not recorded yet, so only an
-  Apply with `primary_hints` writes any).
+- **GetHints**: the primary and backup FSMHints stored in etcd under the shard's hint keys
+  (`consumer.recoverylog.fetch_hints`: JSON or proto, each validated as an FSM of the shard's
+  recovery log; an invalid one ends the RPC with FAILED_PRECONDITION naming its key); absent keys
+  give empty hints. A primary stores recorded hints at `.primary` (periodically, and when it stops
+  cleanly), and each recovery stores its hints at `.backup.0`, rotating older backups.
 
 Invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
 the broker's (`broker.rpc_decoding.tolerant`). Authorization claims are not implemented: every
@@ -28,13 +30,10 @@ caller may do everything (as the broker without `--broker.auth-keys`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from broker.client.config import dial_target
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
@@ -42,16 +41,16 @@ from broker.protocol import labels
 from broker.protocol import pb as bpb
 from broker.protocol.validation import ValidationError
 from broker.rpc_decoding import tolerant
-from consumer.protocol import pb, pb_grpc, recoverylog_pb
-from consumer.protocol.shard_spec import hint_backup_keys, hint_primary_key, label_set_ext
+from consumer.protocol import pb, pb_grpc
+from consumer.protocol.shard_spec import hint_primary_key, label_set_ext
 from consumer.protocol.validation import (
     validate_apply_request,
-    validate_fsm_hints,
     validate_get_hints_request,
     validate_list_request,
     validate_stat_request,
     validate_unassign_request,
 )
+from consumer.recoverylog import HintsError, encode_hints, fetch_hints
 from consumer.resolver import ResolverError, ResolverStopped
 
 if TYPE_CHECKING:
@@ -68,48 +67,6 @@ PROXY_TIMEOUT = 60.0
 async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     await context.abort(code, message)
     raise AssertionError("unreachable")
-
-
-# -- hints as Gazette stores them in etcd (Go encoding/json of recoverylog.FSMHints) ---------------
-
-_SEGMENT_FIELDS = ("author", "first_seq_no", "first_offset", "first_checksum", "last_seq_no", "last_offset", "log")
-
-
-def hints_to_json(hints: recoverylog_pb.FSMHints) -> bytes:
-    """FSMHints as Go's encoding/json writes them: `log` omitted when empty, `live_nodes` and
-    `properties` null when empty, segment fields omitted when zero."""
-    doc: dict[str, Any] = {}
-    if hints.log:
-        doc["log"] = hints.log
-    doc["live_nodes"] = [
-        {
-            **({"fnode": node.fnode} if node.fnode else {}),
-            "segments": [
-                {name: getattr(seg, name) for name in _SEGMENT_FIELDS if getattr(seg, name)} for seg in node.segments
-            ] or None,
-        }
-        for node in hints.live_nodes
-    ] or None
-    doc["properties"] = [
-        {**({"path": p.path} if p.path else {}), **({"content": p.content} if p.content else {})}
-        for p in hints.properties
-    ] or None
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def hints_from_value(value: bytes) -> recoverylog_pb.FSMHints:
-    """Decode a hints value: JSON when it starts with `{` (as Gazette sniffs it), else protobuf."""
-    if not value.lstrip().startswith(b"{"):
-        return recoverylog_pb.FSMHints.FromString(value)
-    doc = json.loads(value)
-    hints = recoverylog_pb.FSMHints(log=doc.get("log") or "")
-    for node in doc.get("live_nodes") or ():
-        out = hints.live_nodes.add(fnode=int(node.get("fnode") or 0))
-        for seg in node.get("segments") or ():
-            out.segments.add(**{name: seg[name] for name in _SEGMENT_FIELDS if seg.get(name)})
-    for prop in doc.get("properties") or ():
-        hints.properties.add(path=prop.get("path") or "", content=prop.get("content") or "")
-    return hints
 
 
 class ShardAPI(pb_grpc.ShardServicer):
@@ -293,7 +250,7 @@ class ShardAPI(pb_grpc.ShardServicer):
             if change.HasField("upsert"):
                 ops.append(put_op(key, change.upsert.SerializeToString()))
                 if change.HasField("primary_hints"):
-                    ops.append(put_op(hint_primary_key(change.upsert), hints_to_json(change.primary_hints)))
+                    ops.append(put_op(hint_primary_key(change.upsert), encode_hints(change.primary_hints)))
             else:
                 ops.append(delete_op(key))
         ok, revision = await self._commit(context, "Apply", compares, ops)
@@ -337,30 +294,15 @@ class ShardAPI(pb_grpc.ShardServicer):
         item = self.service.keyspace.items.get(request.shard)
         if item is None:
             return pb.GetHintsResponse(status=pb.SHARD_NOT_FOUND, header=header)
-        spec = item.spec
-        keys = [hint_primary_key(spec), *hint_backup_keys(spec)]
-        values = await self._fetch(keys)
-        found: list[pb.GetHintsResponse.ResponseHints] = []
-        for key in keys:
-            hints = pb.GetHintsResponse.ResponseHints()
-            value = values.get(key)
-            if value:
-                try:
-                    decoded = hints_from_value(value)
-                    validate_fsm_hints(decoded)
-                except (ValueError, DecodeError, ValidationError, TypeError) as exc:
-                    await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"hints at {key} are invalid: {exc}")
-                hints.hints.CopyFrom(decoded)
-            found.append(hints)
+        try:
+            fetched = await fetch_hints(self.service.etcd, item.spec)
+        except HintsError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        found = [
+            pb.GetHintsResponse.ResponseHints(hints=h) if h is not None else pb.GetHintsResponse.ResponseHints()
+            for h in fetched.hints
+        ]
         return pb.GetHintsResponse(status=pb.OK, header=header, primary_hints=found[0], backup_hints=found[1:])
-
-    async def _fetch(self, keys: list[str]) -> Mapping[str, bytes]:
-        out: dict[str, bytes] = {}
-        for key in keys:
-            got = await self.service.etcd.get(key.encode())
-            if got is not None:
-                out[key] = bytes(got.value)
-        return out
 
 
 def add_shard_service(api: ShardAPI, server: grpc.aio.Server) -> None:
@@ -384,4 +326,4 @@ def add_shard_service(api: ShardAPI, server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers("consumer.Shard", handlers)
 
 
-__all__ = ["ShardAPI", "add_shard_service", "hints_from_value", "hints_to_json"]
+__all__ = ["ShardAPI", "add_shard_service"]

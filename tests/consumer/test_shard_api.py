@@ -18,11 +18,12 @@ from google.protobuf.duration_pb2 import Duration
 from broker.client import AppendService, JournalClient
 from broker.keyspace import assignment_key
 from broker.protocol import pb as bpb
-from consumer.api import ShardAPI, add_shard_service, hints_from_value, hints_to_json
+from consumer.api import ShardAPI, add_shard_service
 from consumer.message import Publisher
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from consumer.protocol import recoverylog_pb
+from consumer.recoverylog import decode_hints, encode_hints
 from consumer.service import ConsumerService
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON, CountingApp, Event, create_tables, read_counts
@@ -370,11 +371,11 @@ def sample_hints(log: str) -> recoverylog_pb.FSMHints:
 
 def test_hints_json_is_gazettes_and_round_trips() -> None:
     hints = sample_hints("recovery/logs/shard-h")
-    value = hints_to_json(hints)
+    value = encode_hints(hints)
     assert value.startswith(b'{"log":"recovery/logs/shard-h","live_nodes":[{"fnode":3,"segments":[{"author":4660,')
-    assert hints_from_value(value) == hints
-    assert hints_to_json(recoverylog_pb.FSMHints()) == b'{"live_nodes":null,"properties":null}'
-    assert hints_from_value(hints.SerializeToString()) == hints, "protobuf values are read too"
+    assert decode_hints(value) == hints
+    assert encode_hints(recoverylog_pb.FSMHints()) == b'{"live_nodes":null,"properties":null}'
+    assert decode_hints(hints.SerializeToString()) == hints, "protobuf values are read too"
 
 
 async def test_get_hints(node: Node, etcd_client: Any) -> None:
@@ -413,6 +414,17 @@ async def test_get_hints(node: Node, etcd_client: Any) -> None:
                        "only with an upsert")
     await expect_error(node.stub.GetHints(cpb.GetHintsRequest(shard="x")), grpc.StatusCode.INVALID_ARGUMENT,
                        "Shard")
+
+    # Backups (stored by recoveries) are returned in order; hints of another log are an error naming their key.
+    backup = sample_hints("recovery/logs/shard-h")
+    backup.live_nodes[0].segments[0].last_seq_no = 11
+    await etcd_client.put(f"{hint_prefix}/shard-h.backup.1".encode(), encode_hints(backup))
+    got = await node.stub.GetHints(cpb.GetHintsRequest(shard="shard-h"))
+    assert got.primary_hints.hints == hints
+    assert not got.backup_hints[0].HasField("hints") and got.backup_hints[1].hints == backup
+    await etcd_client.put(f"{hint_prefix}/shard-h.backup.0".encode(), encode_hints(sample_hints("other/log")))
+    await expect_error(node.stub.GetHints(cpb.GetHintsRequest(shard="shard-h")), grpc.StatusCode.FAILED_PRECONDITION,
+                       "hints.Log other/log != ShardSpec.RecoveryLog recovery/logs/shard-h", "shard-h.backup.0")
     await etcd_client.delete_prefix(hint_prefix.encode())
 
 
