@@ -55,7 +55,7 @@ class Consumer:
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=child_env(**{STATE_DIR_ENV: str(tmp)}), cwd=ROOT)
+                                     env=child_env(**{STATE_DIR_ENV: str(tmp), "TMPDIR": str(tmp)}), cwd=ROOT)
 
     @property
     def url(self) -> str:

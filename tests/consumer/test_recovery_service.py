@@ -173,3 +173,29 @@ async def test_rebalancing_hands_a_primary_to_its_hot_standby_in_place(
         await asyncio.gather(first.abort(revoke_lease=True), second.abort(revoke_lease=True))
     for spec in specs:
         await etcd_client.delete_prefix(spec.hint_prefix.encode())
+
+
+async def test_a_recovery_log_that_is_not_one_fails_the_shard_naming_it(
+    etcd_client: Any, etcd_prefix: str, client: JournalClient, tmp_path: Path
+) -> None:
+    source = unique("recovery-svc/src")
+    await create_journal(client, journal_spec(source, content_type=NDJSON))
+    spec = shard_spec("shard-bad", source)
+    log_prefix = unique("recovery-svc/not-logs")
+    await create_journal(client, journal_spec(f"{log_prefix}/shard-bad", content_type=NDJSON))
+    spec.recovery_log_prefix, spec.hint_prefix, spec.hot_standbys = log_prefix, f"/{unique('hints')}", 1
+    await put_shard(etcd_client, etcd_prefix, spec)
+
+    first = service(etcd_client, etcd_prefix, "cons-b1", client, RecordedCountingApp(tmp_path))
+    await first.start()
+    try:
+        found = await until(lambda: statuses(first).get("shard-bad"), lambda s: bool(s) and s[0][1] == Code.FAILED,
+                            "FAILED")
+        assert found == {0: ("cons-b1", Code.FAILED)}
+        [assignment] = first.keyspace.assignments("shard-bad")
+        [error] = assignment.value.errors
+        assert error.startswith("completeRecovery: playLog: ") or error.startswith("playLog: "), error
+        assert (f"expected label content-type value application/x-gazette-recoverylog (got {NDJSON})" in error
+                and f"{log_prefix}/shard-bad" in error), error
+    finally:
+        await first.abort(revoke_lease=True)
