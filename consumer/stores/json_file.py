@@ -35,8 +35,10 @@ Commits
 then on reaches the log before the transaction's appends committed); write `next.json` and
 record it (a create and its writes); rename it over `state.json` and record the rename (an unlink
 of the old Fnode, a link of the new one, an unlink of `next.json`); return a future of
-`recorder.barrier()`. The rename is atomic on disk, and the log is a sequence of whole ops, so a
-playback of any prefix of the log yields either the old or the new `state.json`.
+`recorder.barrier()`. The rename is atomic on disk, and its ops are appended together (a large
+state's write is followed by a barrier first), so a playback of the log yields the old or the new
+`state.json`; should a log end between the rename's unlink and link, a complete `next.json` is
+read in its place.
 
 The commit fails with `StoreDependencyError` when a `wait_for` operation failed (the Recorder then
 appends nothing more), with `FenceError` when another author took the recovery log (a new primary
@@ -75,6 +77,8 @@ STATE_FILE = "state.json"
 NEXT_FILE = "next.json"
 
 LOG_FENCED = "recovery log was fenced (ie, by a new primary)"
+
+_RENAME_BARRIER_BYTES = 1 << 20
 
 # -- the Checkpoint as Go's encoding/json writes it (reference 1.6) ------------------------------------------------
 
@@ -263,14 +267,24 @@ class JSONFileStore(Generic[S]):
         return os.path.join(self.dir, STATE_FILE)
 
     def _read(self) -> list[Any] | None:
-        """The JSON documents of state.json, or None if it doesn't exist."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(f"reading {self.path}: {exc}", shard=self._shard_id) from exc
+        """The JSON documents of state.json, or None if there is none.
+
+        A log cut between the rename's unlink of the old state.json and its link of next.json
+        leaves no state.json but a complete next.json: it is used. (Its ops were appended after
+        the commit's dependencies, so it is a consistent state and checkpoint, only its commit's
+        barrier is unacknowledged; a next.json cut short doesn't decode, and is ignored.)
+        """
+        text = self._read_text(self.path)
+        if text is None:
+            nxt = os.path.join(self.dir, NEXT_FILE)
+            text = self._read_text(nxt)
+            if text is None:
+                return None
+            try:
+                docs = list(iter_json_docs(text))
+            except ValueError:
+                return None
+            return docs if len(docs) == 3 else None
         try:
             docs = list(iter_json_docs(text))
         except ValueError as exc:
@@ -279,6 +293,15 @@ class JSONFileStore(Generic[S]):
             raise StoreError(f"{self.path} holds {len(docs)} JSON documents (expected offsets, state and "
                              "checkpoint)", shard=self._shard_id)
         return docs
+
+    def _read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(f"reading {path}: {exc}", shard=self._shard_id) from exc
 
     # ---- the Store protocol ----
 
@@ -331,6 +354,10 @@ class JSONFileStore(Generic[S]):
             os.close(fd)
         FileRecorder(self.recorder, self.recorder.record_open_file(
             nxt, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)).record_write(content)
+        if len(content) > _RENAME_BARRIER_BYTES:
+            # Appends batch recorded ops up to a few MiB: after a large write, a barrier puts the
+            # rename's ops in one append of their own, so no log ends between them.
+            self.recorder.barrier()
         os.rename(nxt, self.path)
         self.recorder.record_rename(nxt, self.path)
 

@@ -17,20 +17,29 @@ journal/WAL write at offset 0 whose first   a *truncation*: `O_RDWR|O_TRUNC` (an
 (377f0682, 377f0683), once the file has
 content
 truncate to 0                               a truncation (a new, empty Fnode)
-truncate to n > 0, shorter than recorded    a truncation, then the file's first n bytes
 truncate to n, longer than recorded         a write of one zero byte at n - 1
+truncate to n > 0, shorter than recorded    nothing (see below)
 delete                                      `record_remove(path)`
 sync                                        coalesced writes are flushed into the Recorder
 =========================================  =====================================================
 
 Temporary files (statement journals, temp databases: nameless or delete-on-close) and read-only
-opens are not recorded. The truncation rule is what keeps the log's live horizon short: each
-transaction's rollback journal is a new Fnode, and the last transaction's journal is dead once
-the next one begins, so hints never need more of the log than the main database's writes and
-the current journal. (Gazette stores main databases as "page files" in a recorded RocksDB, whose
-compactions also bound the database's own horizon. This store records the database file's
-writes directly: every page write since the file's creation stays live. `VACUUM` rewrites the
-file; a long-lived, write-heavy shard grows its log, and pruning reclaims only dead journals.)
+opens are not recorded.
+
+The truncation rule keeps the journal's share of the log's live horizon small: each
+transaction's rollback journal is a new Fnode, dead once the next transaction begins, so hints
+need no more of the log than the main database's writes and the current journal. The database
+file itself is recorded as written (Gazette instead stores it as "page files" in a recorded
+RocksDB, whose compactions bound its horizon): every page write since the file's creation stays
+live. `request_compaction()` (or `compact_after=`) bounds that: at a commit, `VACUUM INTO` a new
+file and rename it over the database, whose old Fnode, and all the log behind it, is then dead.
+
+A database file that shrinks (a `VACUUM`, `auto_vacuum`, or the rollback of a transaction that
+grew it) keeps its old length in the log: a played-back file may have bytes past the database's
+size, which SQLite ignores (the size in the database header is what counts, and later writes
+overwrite them). Recording a shrink as a rewrite under a new Fnode would leave log prefixes, cut
+between the appends of a large rewrite, holding a partial database. A journal is only ever shrunk
+to zero, or after its header was zeroed.
 
 Durability and ordering. A Recorder sequences ops in the order they are recorded, and a log
 is read back as a prefix of whole ops; so a playback of any prefix of the log is a directory
@@ -52,7 +61,7 @@ Threads. SQLite runs on the event loop's thread: the Recorder's recording calls 
 and queue bytes for its asyncio append task, so VFS callbacks record directly, in order, with no
 hand-off between threads; a store's statements are short, local-disk work (a consumer
 transaction's statements run between awaits, as any handler code does). A long statement
-(a bulk load, a large `VACUUM`) blocks the loop for its duration; run such work in smaller
+(a bulk load, a compaction) blocks the loop for its duration; run such work in smaller
 transactions.
 
 Use from an application
@@ -107,9 +116,12 @@ DEFAULT_DB = "store.db"
 CHECKPOINT_TABLE = "gazette_checkpoint"
 JOURNAL_MODES = frozenset({"TRUNCATE", "DELETE", "PERSIST", "WAL"})
 
-TRUNCATING_HEADERS = frozenset({b"\x00\x00\x00\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"})
+TRUNCATING_HEADERS = (b"\x00\x00\x00\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 """First 4 bytes of a journal or WAL write at offset 0 that start the file afresh: a zeroed journal
 header (PERSIST, or exclusive locking) or a WAL header. (The hot journal magic d9d505f9 is not one.)"""
+
+COMPACT_SUFFIX = ".compact"
+"""The temporary name of a compacted database, beside it."""
 
 MAX_COALESCED_WRITE = 256 << 10
 """Contiguous writes to one file are recorded as one write op of at most this many bytes."""
@@ -132,6 +144,8 @@ class VFSStats:
     truncations: int = 0
     """New Fnodes started by the truncation rule or a truncate."""
     syncs: int = 0
+    db_bytes: int = 0
+    """Bytes of recorded writes to main database files (since the last compaction)."""
 
 
 @dataclass
@@ -140,6 +154,7 @@ class _Pending:
     fnode: int
     offset: int
     data: bytearray
+    main_db: bool
 
 
 class RecordedVFS(apsw.VFS):
@@ -197,15 +212,17 @@ class RecordedVFS(apsw.VFS):
             self.recorder.record_write_at(pending.fnode, pending.data, pending.offset)
             self.stats.writes += 1
             self.stats.bytes += len(pending.data)
+            if pending.main_db:
+                self.stats.db_bytes += len(pending.data)
 
-    def _write(self, path: str, data: bytes, offset: int) -> None:
+    def _write(self, path: str, data: bytes, offset: int, main_db: bool) -> None:
         p = self._pending
         if p is not None and p.path == path and p.offset + len(p.data) == offset and \
                 len(p.data) + len(data) <= MAX_COALESCED_WRITE:
             p.data += data
         else:
             self.flush()
-            self._pending = _Pending(path, self.recorder.fsm.links[path], offset, bytearray(data))
+            self._pending = _Pending(path, self.recorder.fsm.links[path], offset, bytearray(data), main_db)
         end = offset + len(data)
         if end > self._sizes.get(path, 0):
             self._sizes[path] = end
@@ -228,6 +245,7 @@ class RecordedFile(apsw.VFSFile):
         self.filename = filename
         self.path = vfs.recorded_path(filename, flags[0])
         self.is_log = bool(flags[0] & _LOG_KINDS)
+        self.is_main_db = bool(flags[0] & apsw.SQLITE_OPEN_MAIN_DB)
         if self.path is not None and filename is not None:
             vfs.flush()
             os_flags = os.O_RDWR
@@ -247,7 +265,7 @@ class RecordedFile(apsw.VFSFile):
         vfs = self.vfs
         if self.is_log and offset == 0 and chunk[:4] in TRUNCATING_HEADERS and vfs._sizes.get(path, 0) > 0:
             vfs._truncation(self.filename, path)
-        vfs._write(path, chunk, offset)
+        vfs._write(path, chunk, offset, self.is_main_db)
 
     def xTruncate(self, newsize: int) -> None:
         super().xTruncate(newsize)
@@ -259,13 +277,10 @@ class RecordedFile(apsw.VFSFile):
         if newsize == 0:
             if recorded or path in vfs.recorder.fsm.links:
                 vfs._truncation(self.filename, path)
-        elif newsize < recorded:
-            # No truncate op exists: record the file afresh, as its first `newsize` bytes.
-            vfs._truncation(self.filename, path)
-            for offset in range(0, newsize, MAX_COALESCED_WRITE):
-                vfs._write(path, super().xRead(min(MAX_COALESCED_WRITE, newsize - offset), offset), offset)
         elif newsize > recorded:
-            vfs._write(path, b"\x00", newsize - 1)
+            vfs._write(path, b"\x00", newsize - 1, self.is_main_db)
+        # A shrink to newsize > 0 is not recorded (there is no truncate op, and rewriting the file
+        # as a new Fnode would leave a log prefix with a partial database): see the module doc.
 
     def xSync(self, flags: int) -> None:
         super().xSync(flags)
@@ -280,6 +295,39 @@ class RecordedFile(apsw.VFSFile):
                 self.vfs._sizes.pop(self.path, None)
         finally:
             super().xClose()
+
+
+def _connect(vfs: RecordedVFS, path: str, mode: str, page_size: int | None) -> apsw.Connection:
+    """The store's connection to `path` through `vfs`, its pragmas set and checkpoint table made."""
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs.name)
+    try:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        if page_size is not None:
+            conn.execute(f"PRAGMA page_size={int(page_size)}")
+        got = conn.execute(f"PRAGMA journal_mode={mode}").fetchall()
+        if not got or str(got[0][0]).upper() != mode:
+            raise StoreError(f"SQLite refused journal_mode={mode} (got {got})")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {CHECKPOINT_TABLE} ("
+            "rowid INTEGER PRIMARY KEY DEFAULT 0 CHECK (rowid=0), checkpoint BLOB)"
+        )
+        conn.execute(f"INSERT OR IGNORE INTO {CHECKPOINT_TABLE} (rowid, checkpoint) VALUES (0, X'')")
+        vfs.flush()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _remove_stale(recorder: Recorder, path: str) -> None:
+    """Remove `path` (the temporary file of an interrupted compaction), recording its removal."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    if recorder.normalize_path(path) in recorder.fsm.links:
+        recorder.record_remove(path)
 
 
 def _find_recovery_error(exc: BaseException) -> RecoveryLogError | None:
@@ -297,13 +345,22 @@ class SQLiteStore:
     """A shard's SQLite database in its Recorder's directory, recorded through a `RecordedVFS`.
     Make one with `await SQLiteStore.open(recorder)`; see the module doc."""
 
-    def __init__(self, recorder: Recorder, vfs: RecordedVFS, connection: apsw.Connection, path: str) -> None:
+    def __init__(
+        self, recorder: Recorder, vfs: RecordedVFS, connection: apsw.Connection, path: str, journal_mode: str,
+        compact_after: int | None,
+    ) -> None:
         """Use `SQLiteStore.open`."""
         self.recorder = recorder
         self.vfs = vfs
         self.connection = connection
-        """The store's one connection, always in the current transaction (use it on the loop's thread)."""
+        """The store's one connection, always in the current transaction (use it on the loop's thread).
+        A compaction replaces it: don't keep it across commits."""
         self.path = path
+        self.journal_mode = journal_mode
+        self.compact_after = compact_after
+        """Compact at the commit after this many bytes of database-file writes were recorded."""
+        self.compactions = 0
+        self._compact = False
         self._closed = False
         self._shard_id: str | None = None
 
@@ -315,9 +372,14 @@ class SQLiteStore:
         *,
         journal_mode: str = "TRUNCATE",
         page_size: int | None = None,
+        compact_after: int | None = None,
     ) -> SQLiteStore:
         """Open (or create) the database `path` (relative to the recorder's dir), with its
-        checkpoint table, and begin its first transaction. Call it in the event loop's thread."""
+        checkpoint table, and begin its first transaction. Call it in the event loop's thread.
+
+        `compact_after`: compact the database (`request_compaction`) at the first commit after
+        this many bytes of database-file writes were recorded (since it was opened, or last
+        compacted); a few times the database's size is a good value. None: only on request."""
         if recorder is None:
             raise StoreError("SQLiteStore needs a recovery log: the shard's spec has no recovery_log_prefix")
         mode = journal_mode.upper()
@@ -325,32 +387,16 @@ class SQLiteStore:
             raise StoreError(f"journal_mode {journal_mode!r} is not one of {sorted(JOURNAL_MODES)}")
         full = os.path.join(recorder.dir, path)
         recorder.normalize_path(full)  # Raises if `path` escapes the directory.
+        _remove_stale(recorder, full + COMPACT_SUFFIX)
         vfs = RecordedVFS(recorder)
         try:
-            conn = apsw.Connection(full, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs.name)
+            conn = _connect(vfs, full, mode, page_size)
         except BaseException:
             vfs.unregister()
             raise
-        try:
-            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
-            if page_size is not None:
-                conn.execute(f"PRAGMA page_size={int(page_size)}")
-            got = conn.execute(f"PRAGMA journal_mode={mode}").fetchall()
-            if not got or str(got[0][0]).upper() != mode:
-                raise StoreError(f"SQLite refused journal_mode={mode} (got {got})")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {CHECKPOINT_TABLE} ("
-                "rowid INTEGER PRIMARY KEY DEFAULT 0 CHECK (rowid=0), checkpoint BLOB)"
-            )
-            conn.execute(f"INSERT OR IGNORE INTO {CHECKPOINT_TABLE} (rowid, checkpoint) VALUES (0, X'')")
-            vfs.flush()
-            conn.execute("BEGIN")
-        except BaseException:
-            conn.close()
-            vfs.unregister()
-            raise
-        return cls(recorder, vfs, conn, full)
+        store = cls(recorder, vfs, conn, full, mode, compact_after)
+        store._begin()
+        return store
 
     # ---- application SQL ----
 
@@ -408,6 +454,8 @@ class SQLiteStore:
                          (checkpoint.SerializeToString(deterministic=True),))
             conn.execute("COMMIT")
             self.vfs.flush()
+            if self._compact or (self.compact_after is not None and self.vfs.stats.db_bytes >= self.compact_after):
+                self._compact_now()
         except Exception as exc:
             self._rollback_quietly()
             rec_err = _find_recovery_error(exc)
@@ -417,6 +465,43 @@ class SQLiteStore:
         finally:
             self._begin()
         return asyncio.ensure_future(await_recorded_commit(self.recorder.barrier(), deps, shard.id))
+
+    def request_compaction(self) -> None:
+        """Compact the database at the next commit, right after its COMMIT: `VACUUM INTO` a new
+        file (recorded as a new Fnode), then rename it over the database. The old database's
+        Fnode is then dead, and with it every write the log holds for it: hints need the log only
+        from the compaction on, and pruning can reclaim what came before."""
+        self._compact = True
+
+    def _compact_now(self) -> None:
+        """Compact, between transactions (see `request_compaction`)."""
+        self._compact = False
+        tmp = self.path + COMPACT_SUFFIX
+        _remove_stale(self.recorder, tmp)
+        conn = self.connection
+        conn.execute("VACUUM INTO ?", (tmp,))
+        if self.journal_mode == "WAL":
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.vfs.flush()
+        conn.close()
+        for suffix in ("-wal", "-journal"):
+            # An empty journal or WAL (or one with a zeroed header) is no hot journal of the new
+            # database; anything else would be applied to it: refuse.
+            try:
+                with open(self.path + suffix, "rb") as f:
+                    head = f.read(4)
+            except FileNotFoundError:
+                continue
+            if head and head not in TRUNCATING_HEADERS[:1]:
+                raise StoreError(f"compaction: {self.path + suffix} is not empty after the database was closed")
+        # The rename's three ops (unlink the old database, link the new one, unlink its temporary
+        # name) go in one append, after a barrier: no log prefix ends between them.
+        self.recorder.barrier()
+        os.replace(tmp, self.path)
+        self.recorder.record_rename(tmp, self.path)
+        self.connection = _connect(self.vfs, self.path, self.journal_mode, None)
+        self.vfs.stats.db_bytes = 0
+        self.compactions += 1
 
     def _begin(self) -> None:
         if not self.connection.in_transaction:
@@ -450,6 +535,7 @@ class SQLiteStore:
 
 __all__ = [
     "CHECKPOINT_TABLE",
+    "COMPACT_SUFFIX",
     "DEFAULT_DB",
     "JOURNAL_MODES",
     "MAX_COALESCED_WRITE",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from consumer.protocol import pb
+from consumer.recoverylog import FileRecorder
 from consumer.stores import FenceError, JSONFileStore, StoreDependencyError, StoreError
 from consumer.stores.json_file import checkpoint_from_json, checkpoint_to_json, go_json_line
 from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
@@ -153,3 +154,42 @@ def test_checkpoint_json_is_gazettes() -> None:
     assert go_json_line({"a": "<&>"}) == b'{"a":"\\u003c\\u0026\\u003e"}\n'
     with pytest.raises(ValueError, match="read_through of j is not an integer"):
         checkpoint_from_json({"sources": {"j": {"read_through": "1"}}})
+
+
+async def test_a_log_cut_inside_the_rename_recovers_next_json(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {"n": 1})
+    await commit(store, 1)
+    # The next commit's ops, as if the log ended after the rename's unlink of state.json.
+    content = go_json_line({}) + go_json_line({"n": 2}) + go_json_line(checkpoint_to_json(checkpoint(2)))
+    nxt = tmp_path / "primary" / "next.json"
+    nxt.write_bytes(content)
+    FileRecorder(rec, rec.record_create(nxt)).record_write(content)
+    rec.record_remove(tmp_path / "primary" / "state.json")
+    await asyncio.wait_for(rec.barrier(), TIMEOUT)
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    assert sorted(p.name for p in Path(rec2.dir).iterdir()) == ["next.json"]
+    store2: JSONFileStore[dict[str, int]] = JSONFileStore(rec2, {})
+    assert store2.state == {"n": 2}
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(2)
+    store2.state["n"] = 3
+    await commit(store2, 3)
+    assert sorted(p.name for p in Path(rec2.dir).iterdir()) == ["state.json"]
+
+    # A next.json cut short is no state at all: a fresh store.
+    rec3 = await recorded.recorder(tmp_path / "third", 3333)
+    partial = tmp_path / "third" / "next.json"
+    partial.write_bytes(content[:-10])
+    assert JSONFileStore(rec3, {"fresh": 1}).state == {"fresh": 1}
+
+
+async def test_a_large_state(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, str]] = JSONFileStore(rec, {})
+    for n in range(1, 3):
+        store.state.update({f"key{i}": f"{n}-{i}" * 100 for i in range(3000)})  # ~6 MB of JSON
+        await commit(store, n)
+    store2: JSONFileStore[dict[str, str]] = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), {})
+    assert store2.state == store.state
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(2)

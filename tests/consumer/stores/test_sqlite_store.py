@@ -210,3 +210,72 @@ async def test_a_transaction_rolled_back_by_an_error_does_not_commit(recorded: L
     assert rows(store) == {"two": b"\x02"}
     assert store.query(f"SELECT count(*) FROM {CHECKPOINT_TABLE}") == [(1,)]
 
+
+
+@pytest.mark.parametrize("mode", ["TRUNCATE", "WAL"])
+async def test_compaction_moves_the_log_horizon(recorded: Log, tmp_path: Path, mode: str) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec, mode)
+    for n in range(1, 31):
+        store.executemany("INSERT INTO kv VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                          [(f"k{i}", f"{n}".encode() * 500) for i in range(20)])
+        await commit(store, n)
+    old_db = rec.fsm.links["/store.db"]
+    before = rec.fsm.next_seq_no
+    store.request_compaction()
+    store.execute("INSERT INTO kv VALUES ('last', x'01')")
+    await commit(store, 31)
+    assert store.compactions == 1
+    assert rec.fsm.links["/store.db"] != old_db
+    assert "/store.db.compact" not in rec.fsm.links
+    # The database's only live history is from the compaction on.
+    hints = await rec.build_hints()
+    assert min(s.first_seq_no for node in hints.live_nodes for s in node.segments) > before
+    expect = rows(store)
+    assert len(expect) == 21
+    # The store goes on after the compaction, on its new connection.
+    store.execute("INSERT INTO kv VALUES ('after', x'02')")
+    await commit(store, 32)
+    expect["after"] = b"\x02"
+    hints = await rec.build_hints()
+
+    for author, name, play_hints in ((2222, "from-hints", hints), (3333, "from-start", None)):
+        rec2 = await recorded.take_over(tmp_path / name, author, play_hints)
+        assert integrity(Path(rec2.dir) / "store.db") == [("ok",)]
+        store2 = await open_store(recorded, rec2, mode)
+        assert rows(store2) == expect
+        assert await store2.restore_checkpoint(SHARD) == checkpoint(32)
+        await store2.destroy()
+
+
+async def test_compact_after_bytes(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await SQLiteStore.open(rec, compact_after=200_000)
+    recorded.cleanups.append(store.destroy)
+    store.execute("CREATE TABLE kv (k TEXT PRIMARY KEY, v BLOB)")
+    for n in range(1, 41):
+        store.execute("INSERT INTO kv VALUES ('k', randomblob(8000)) ON CONFLICT(k) DO UPDATE SET v = excluded.v")
+        await commit(store, n)
+    assert store.compactions >= 2
+    assert store.vfs.stats.db_bytes < 200_000 + 50_000
+    store2 = await open_store(recorded, await recorded.take_over(tmp_path / "next", 2222))
+    assert await store2.restore_checkpoint(SHARD) == checkpoint(40)
+
+
+async def test_an_interrupted_compaction_is_cleaned_up(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store = await open_store(recorded, rec)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    await commit(store, 1)
+    # A compaction's VACUUM INTO was recorded, but not the rename (the primary died).
+    store.connection.execute("COMMIT")
+    store.connection.execute("VACUUM INTO ?", (str(tmp_path / "primary" / "store.db.compact"),))
+    store.vfs.flush()
+    await asyncio.wait_for(rec.barrier(), TIMEOUT)
+    assert "/store.db.compact" in rec.fsm.links
+
+    rec2 = await recorded.take_over(tmp_path / "next", 2222)
+    store2 = await open_store(recorded, rec2)
+    assert "/store.db.compact" not in rec2.fsm.links
+    assert not (Path(rec2.dir) / "store.db.compact").exists()
+    assert rows(store2) == {"one": b"\x01"}
