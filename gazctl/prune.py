@@ -1,4 +1,4 @@
-"""Choosing and deleting the fragments `gazctl journals prune` removes (reference 5.7).
+"""Choosing and deleting the fragments `gazctl journals prune` (and `shards prune`) removes (reference 5.7).
 
 A fragment is pruned when it is persisted (it has a backing store) and `now - mod_time >=
 retention`, as Gazette's gazctl does. Only fragments the brokers' index tracks are listed (the
@@ -10,14 +10,21 @@ goes through the fragment's store itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from urllib.parse import urlparse
 
+from broker.client import JournalClient, list_fragments
 from broker.fragment.names import content_name, content_path
 from broker.protocol import pb
 from broker.stores import StoreError, StoreRegistry
+from consumer.recoverylog import FSMHints, live_log_segments
 from gazctl.errors import GazctlError
+
+log = logging.getLogger("gazctl")
 
 
 @dataclass
@@ -80,3 +87,87 @@ async def remove_fragment(stores: StoreRegistry, spec: pb.Fragment) -> None:
         raise GazctlError(
             f"removing fragment {content_name(spec)} of journal {spec.journal} from {spec.backing_store}: {err}"
         ) from None
+
+
+async def prune_plans(plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool) -> PruneStats:
+    """Delete (unless `dry_run`) the aged fragments of each plan, printing one line of each on stdout.
+
+    A line is `pruned` (or `would prune`), the journal, the fragment's content name, its size, its
+    modification time and its store, separated by tabs. Returns the summed counts.
+    """
+    stores = StoreRegistry(file_root)
+    total = PruneStats()
+    verb = "would prune" if dry_run else "pruned"
+    for plan in plans:
+        for spec in plan.aged:
+            modified = datetime.fromtimestamp(spec.mod_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if not dry_run:
+                await remove_fragment(stores, spec)
+            fields = (verb, spec.journal, content_name(spec), str(spec.end - spec.begin), modified, spec.backing_store)
+            sys.stdout.write("\t".join(fields) + "\n")
+            sys.stdout.flush()
+        log.info("pruned journal", extra={"journal": plan.journal, "dry_run": dry_run, **log_fields(plan.stats)})
+        total.add(plan.stats)
+    return total
+
+
+def log_fields(stats: PruneStats) -> dict[str, int]:
+    """The fields of a prune summary log line, as Gazette's gazctl logs them."""
+    return {
+        "journalsPruned": stats.journals,
+        "fragmentsTotal": stats.fragments_total,
+        "fragmentsPruned": stats.fragments_pruned,
+        "fragmentsKept": stats.fragments_total - stats.fragments_pruned,
+        "bytesTotal": stats.bytes_total,
+        "bytesPruned": stats.bytes_pruned,
+        "bytesKept": stats.bytes_total - stats.bytes_pruned,
+    }
+
+
+async def all_fragments(client: JournalClient, request: pb.FragmentsRequest) -> pb.FragmentsResponse:
+    """Every fragment `request` selects, across pages, in the first page's response (which has the header)."""
+    out: pb.FragmentsResponse | None = None
+    while True:
+        resp = await list_fragments(client, request)
+        if out is None:
+            out = resp
+        else:
+            out.fragments.extend(resp.fragments)
+        if resp.next_page_token == 0:
+            out.next_page_token = 0
+            return out
+        if resp.next_page_token <= request.next_page_token:
+            raise GazctlError(f"ListFragments page token of journal {request.journal} did not advance")
+        request.next_page_token = resp.next_page_token
+
+
+def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: Sequence[FSMHints]) -> JournalPrune:
+    """The persisted fragments of recovery log `journal` that no live file of any of `hint_sets`
+    (a shard's primary and backup hints) has data in: its Player never reads them (reference 6.6).
+
+    Each set's last segment is taken as unbounded (the log's live tail). A fragment overlaps a
+    segment when `seg.first_offset < frag.end` and `seg.last_offset > frag.begin` (0 meaning
+    unbounded). Unpersisted fragments (in brokers' spools only) are kept.
+    """
+    segments: list[tuple[int, int]] = []
+    for hints in hint_sets:
+        _, live = live_log_segments(hints)
+        ordered = list(live)
+        for i, seg in enumerate(ordered):
+            if seg.log == journal:
+                segments.append((seg.first_offset, 0 if i == len(ordered) - 1 else seg.last_offset))
+    out = JournalPrune(journal, stats=PruneStats(journals=1))
+    for spec in listed:
+        size = spec.end - spec.begin
+        out.stats.fragments_total += 1
+        out.stats.bytes_total += size
+        if any(first < spec.end and (last == 0 or last > spec.begin) for first, last in segments):
+            continue
+        if not spec.backing_store:
+            continue  # Not yet persisted: it lives only in brokers' spools.
+        if spec.mod_time == 0:
+            raise GazctlError(f"fragment {content_name(spec)} of {journal} has a store but was never persisted")
+        out.aged.append(spec)
+        out.stats.fragments_pruned += 1
+        out.stats.bytes_pruned += size
+    return out

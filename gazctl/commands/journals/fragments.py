@@ -7,19 +7,16 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 from google.protobuf import text_format
 
-from broker.client import JournalClient, fragments_request, list_fragments, list_journals
-from broker.fragment.names import content_name
+from broker.client import JournalClient, fragments_request, list_journals
 from broker.protocol import pb
 from broker.protocol.validation import duration_ns
 from broker.specs.durations import DurationError, parse_duration
-from broker.stores import StoreRegistry
 from gazctl.bounded import map_bounded
 from gazctl.commands.common import (
     BrokerAddressOption,
@@ -37,7 +34,7 @@ from gazctl.commands.common import (
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.fragments_table import table, to_json_line
-from gazctl.prune import JournalPrune, PruneStats, aged_fragments, needs_file_root, remove_fragment
+from gazctl.prune import JournalPrune, aged_fragments, all_fragments, log_fields, needs_file_root, prune_plans
 
 log = logging.getLogger("gazctl")
 
@@ -109,7 +106,7 @@ def fragments_command(
                 task = bar.add_task("listing fragments", total=len(journals))
                 return await map_bounded(
                     journals,
-                    lambda j: _all_fragments(
+                    lambda j: all_fragments(
                         client,
                         fragments_request(
                             j.spec.name, begin_mod_time=from_unix, end_mod_time=to_unix, signature_ttl=ttl
@@ -173,7 +170,7 @@ def prune_command(
             journals = _unsuspended(listed.journals)
 
             async def one(journal: Journal) -> JournalPrune:
-                resp = await _all_fragments(client, fragments_request(journal.spec.name))
+                resp = await all_fragments(client, fragments_request(journal.spec.name))
                 retention = duration_ns(journal.spec.fragment.retention) / 1e9
                 if retention <= 0:
                     # Deliberately unlike Gazette's prune, which deletes every persisted fragment here.
@@ -191,43 +188,8 @@ def prune_command(
                     f"journal {journal} has fragments in a file:// store: pass --file-root"
                     " (the directory of the brokers' --broker.file-root) to prune them"
                 )
-        total = asyncio.run(_prune(plans, file_root or "", dry_run=dry_run))
-        log.info("finished pruning all journals", extra={"dry_run": dry_run, **_counts(total)})
-
-
-async def _prune(plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool) -> PruneStats:
-    """Delete (unless `dry_run`) the aged fragments of each plan, printing one line of each on stdout.
-
-    A line is `pruned` (or `would prune`), the journal, the fragment's content name, its size, its
-    modification time and its store, separated by tabs. Returns the summed counts.
-    """
-    stores = StoreRegistry(file_root)
-    total = PruneStats()
-    verb = "would prune" if dry_run else "pruned"
-    for plan in plans:
-        for spec in plan.aged:
-            modified = datetime.fromtimestamp(spec.mod_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if not dry_run:
-                await remove_fragment(stores, spec)
-            fields = (verb, spec.journal, content_name(spec), str(spec.end - spec.begin), modified, spec.backing_store)
-            sys.stdout.write("\t".join(fields) + "\n")
-            sys.stdout.flush()
-        log.info("pruned journal", extra={"journal": plan.journal, "dry_run": dry_run, **_counts(plan.stats)})
-        total.add(plan.stats)
-    return total
-
-
-def _counts(stats: PruneStats) -> dict[str, int]:
-    """The fields of a prune summary log line, as Gazette's gazctl logs them."""
-    return {
-        "journalsPruned": stats.journals,
-        "fragmentsTotal": stats.fragments_total,
-        "fragmentsPruned": stats.fragments_pruned,
-        "fragmentsKept": stats.fragments_total - stats.fragments_pruned,
-        "bytesTotal": stats.bytes_total,
-        "bytesPruned": stats.bytes_pruned,
-        "bytesKept": stats.bytes_total - stats.bytes_pruned,
-    }
+        total = asyncio.run(prune_plans(plans, file_root or "", dry_run=dry_run))
+        log.info("finished pruning all journals", extra={"dry_run": dry_run, **log_fields(total)})
 
 
 def _parse_ttl(text: str) -> float | None:
@@ -250,20 +212,3 @@ def _unsuspended(journals: Sequence[Journal]) -> list[Journal]:
         else:
             out.append(journal)
     return out
-
-
-async def _all_fragments(client: JournalClient, request: pb.FragmentsRequest) -> pb.FragmentsResponse:
-    """Every fragment `request` selects, across pages, in the first page's response (which has the header)."""
-    out: pb.FragmentsResponse | None = None
-    while True:
-        resp = await list_fragments(client, request)
-        if out is None:
-            out = resp
-        else:
-            out.fragments.extend(resp.fragments)
-        if resp.next_page_token == 0:
-            out.next_page_token = 0
-            return out
-        if resp.next_page_token <= request.next_page_token:
-            raise GazctlError(f"ListFragments page token of journal {request.journal} did not advance")
-        request.next_page_token = resp.next_page_token

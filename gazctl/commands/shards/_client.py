@@ -147,6 +147,14 @@ class ShardClient:
         assert isinstance(resp, pb.StatResponse)
         return resp
 
+    async def get_hints(self, shard: str) -> pb.GetHintsResponse:
+        """The shard's recorded (primary) and recovered (backup) hints, each unset where none is stored."""
+        resp = await self.call("GetHints", pb.GetHintsRequest(shard=shard), f"shard {shard}")
+        assert isinstance(resp, pb.GetHintsResponse)
+        if resp.status != pb.OK:
+            raise GazctlError(f"consumer {self.address}: GetHints of shard {shard}: {pb.Status.Name(resp.status)}")
+        return resp
+
     async def unassign(self, shards: Sequence[str], only_failed: bool, dry_run: bool) -> pb.UnassignResponse:
         resp = await self.call("Unassign", pb.UnassignRequest(shards=shards, only_failed=only_failed, dry_run=dry_run))
         assert isinstance(resp, pb.UnassignResponse)
