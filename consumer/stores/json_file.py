@@ -31,7 +31,7 @@ state takes an `encode` (state -> JSON value) and `decode` (JSON value -> state)
 
 Commits
 -------
-`start_commit(shard, checkpoint, wait_for)`: `recorder.barrier(wait_for)` (nothing recorded from
+`start_commit(shard, checkpoint, wait_for)`: `recorder.barrier(wait_for)`, if any (nothing recorded from
 then on reaches the log before the transaction's appends committed); write `next.json` and
 record it (a create and its writes); rename it over `state.json` and record the rename (an unlink
 of the old Fnode, a link of the new one, an unlink of `next.json`); return a future of
@@ -337,7 +337,8 @@ class JSONFileStore(Generic[S]):
         except (TypeError, ValueError) as exc:
             return failed_future(StoreError(f"the state does not encode as JSON: {exc}", shard=shard.id))
         try:
-            self.recorder.barrier(deps)
+            if deps:
+                self.recorder.barrier(deps)
             self._write(content)
         except RecoveryLogError as exc:
             return failed_future(commit_error(exc, deps, shard.id))
@@ -354,7 +355,7 @@ class JSONFileStore(Generic[S]):
             os.close(fd)
         FileRecorder(self.recorder, self.recorder.record_open_file(
             nxt, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)).record_write(content)
-        if len(content) > _RENAME_BARRIER_BYTES:
+        if self.recorder.pending_bytes > _RENAME_BARRIER_BYTES:
             # Appends batch recorded ops up to a few MiB: after a large write, a barrier puts the
             # rename's ops in one append of their own, so no log ends between them.
             self.recorder.barrier()

@@ -20,7 +20,8 @@ truncate to 0                               a truncation (a new, empty Fnode)
 truncate to n, longer than recorded         a write of one zero byte at n - 1
 truncate to n > 0, shorter than recorded    nothing (see below)
 delete                                      `record_remove(path)`
-sync                                        coalesced writes are flushed into the Recorder
+sync                                        coalesced writes are flushed into the Recorder (the
+                                            local file is not synced: the log is what's durable)
 =========================================  =====================================================
 
 Temporary files (statement journals, temp databases: nameless or delete-on-close) and read-only
@@ -45,8 +46,9 @@ Durability and ordering. A Recorder sequences ops in the order they are recorded
 is read back as a prefix of whole ops; so a playback of any prefix of the log is a directory
 SQLite could have left on a crash with writes reaching the disk in order, which its rollback
 journal (or WAL) recovers from. `synchronous=FULL` is set so that SQLite syncs (flushes
-coalesced writes) before each step that depends on earlier ones. An `xSync` does not wait for the
-log (Gazette's blocks on `Barrier`): the store's durability point is its commit, whose future is a
+coalesced writes) before each step that depends on earlier ones. An `xSync` neither syncs the local
+file (a shard never recovers from its old directory, only from the log) nor waits for the log
+(Gazette's blocks on `Barrier`): the store's durability point is its commit, whose future is a
 Recorder barrier after the COMMIT.
 
 Journal mode. `TRUNCATE` by default (as Gazette, when it can), with `locking_mode=EXCLUSIVE`:
@@ -283,10 +285,13 @@ class RecordedFile(apsw.VFSFile):
         # as a new Fnode would leave a log prefix with a partial database): see the module doc.
 
     def xSync(self, flags: int) -> None:
-        super().xSync(flags)
-        if self.path is not None:
-            self.vfs.stats.syncs += 1
-            self.vfs.flush()
+        if self.path is None:
+            super().xSync(flags)
+            return
+        # A recorded file's sync never reaches the local disk, as in Gazette: the log is what is
+        # durable, and a shard recovers by playing it into a new directory, never from this one.
+        self.vfs.stats.syncs += 1
+        self.vfs.flush()
 
     def xClose(self) -> None:
         try:
@@ -449,7 +454,8 @@ class SQLiteStore:
                 "the transaction was rolled back by an earlier error (or a COMMIT or ROLLBACK the "
                 "application ran): nothing to commit", shard=shard.id))
         try:
-            self.recorder.barrier(deps)
+            if deps:
+                self.recorder.barrier(deps)
             conn.execute(f"UPDATE {CHECKPOINT_TABLE} SET checkpoint=? WHERE rowid=0",
                          (checkpoint.SerializeToString(deterministic=True),))
             conn.execute("COMMIT")
