@@ -189,6 +189,12 @@ class RecordedVFS(apsw.VFS):
             return None
         return self.recorder.normalize_path(filename)
 
+    def xFullPathname(self, name: str) -> str:
+        # Absolute, without resolving symbolic links: the inherited unix VFS resolves them and
+        # reports SQLITE_OK_SYMLINK, which apsw takes for an error; and the files are recorded
+        # by their paths under the recorder's dir.
+        return os.path.abspath(name)
+
     def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> RecordedFile:
         return RecordedFile(self, name, flags)
 

@@ -14,7 +14,7 @@ import apsw
 import pytest
 
 from consumer.protocol import pb
-from consumer.recoverylog import Recorder, RecorderFailedError
+from consumer.recoverylog import Recorder, RecorderFailedError, RecoveryLogError
 from consumer.stores import FenceError, SQLiteStore, StoreDependencyError, StoreError
 from consumer.stores.sqlite_vfs import CHECKPOINT_TABLE
 from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
@@ -279,3 +279,27 @@ async def test_an_interrupted_compaction_is_cleaned_up(recorded: Log, tmp_path: 
     assert "/store.db.compact" not in rec2.fsm.links
     assert not (Path(rec2.dir) / "store.db.compact").exists()
     assert rows(store2) == {"one": b"\x01"}
+
+
+async def test_a_recorder_dir_through_a_symbolic_link(recorded: Log, tmp_path: Path) -> None:
+    """SQLite resolves symbolic links in the paths it opens; they are recorded under the
+    Recorder's own directory name."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    rec = await recorded.recorder(tmp_path / "link" / "primary", 1111)
+    store = await open_store(recorded, rec)
+    store.execute("INSERT INTO kv VALUES ('one', x'01')")
+    await commit(store, 1)
+    assert set(rec.fsm.links) == {"/store.db", "/store.db-journal"}
+    store2 = await open_store(recorded, await recorded.take_over(tmp_path / "next", 2222))
+    assert rows(store2) == {"one": b"\x01"}
+
+
+async def test_open_refuses_what_cannot_be_recorded(recorded: Log, tmp_path: Path) -> None:
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    with pytest.raises(StoreError, match="journal_mode 'OFF' is not one of"):
+        await SQLiteStore.open(rec, journal_mode="OFF")
+    with pytest.raises(StoreError, match="needs a recovery log"):
+        await SQLiteStore.open(None)  # type: ignore[arg-type]
+    with pytest.raises(RecoveryLogError, match="not under the recorder dir"):
+        await SQLiteStore.open(rec, "../elsewhere.db")
