@@ -11,14 +11,17 @@ from typing import Any
 
 import pytest
 
-from broker.client import AppendService, JournalClient
+from broker.client import AppendService, JournalClient, Reader
 from broker.protocol import labels
 from consumer.protocol import pb
 from consumer.recoverylog import FSM, FSMHints, Player, Recorder, Resolved
 from tests.broker.client.helpers import create_journal, unique
 from tests.harness import BrokerProcess, journal_spec
 
-__all__ = ["TIMEOUT", "FakeShard", "Log", "ajc", "checkpoint", "client", "failed", "recorded", "tree"]
+__all__ = [
+    "TIMEOUT", "FakeShard", "Log", "ajc", "checkpoint", "client", "failed", "new_log_with", "read_log", "recorded",
+    "tree",
+]
 
 TIMEOUT = 30
 
@@ -120,3 +123,21 @@ async def recorded(client: JournalClient, ajc: AppendService, tmp_path: Path) ->
 def tree(root: Path) -> dict[str, Any]:
     """Every regular file under `root`, by relative path."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def read_log(client: JournalClient, journal: str) -> bytes:
+    """The journal's content, from offset 0 to its write head."""
+    out = bytearray()
+    async with Reader(client, journal, offset=0, block=False) as reader:
+        async for chunk in reader:
+            out += chunk
+    return bytes(out)
+
+
+async def new_log_with(client: JournalClient, ajc: AppendService, content: bytes) -> str:
+    """A new recovery log journal holding `content`."""
+    spec = journal_spec(unique("recovery/prefix"), content_type=labels.CONTENT_TYPE_RECOVERY_LOG)
+    await create_journal(client, spec)
+    if content:
+        await ajc.append(spec.name, content)
+    return spec.name
