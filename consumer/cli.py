@@ -31,6 +31,7 @@ from consumer.process import (
 )
 from consumer.protocol import pb as cpb
 from consumer.protocol.validation import ValidationError, validate_consumer_spec
+from consumer.replica import HINTS_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,14 @@ def consume(
             help="Seconds to batch etcd watch events before applying them.",
         ),
     ] = 0.03,
+    hints_interval: Annotated[
+        float,
+        typer.Option(
+            "--consumer.hints-interval", envvar="CONSUMER_HINTS_INTERVAL", min=0.1,
+            help="Seconds between a primary's stores of its recovery log's hints in etcd (which bound what a"
+            " recovering replica replays, and what `gazctl shards prune` may delete).",
+        ),
+    ] = HINTS_INTERVAL,
     broker_address: Annotated[
         str,
         typer.Option("--broker.address", envvar="BROKER_ADDRESS", help="Broker to read and publish through."),
@@ -173,7 +182,7 @@ def consume(
         max_hot_standbys=max_hot_standbys, max_grpc_recv_size=max_grpc_recv_size,
         broker_address=broker_address, etcd_address=etcd_address,
         etcd_prefix=etcd_prefix or default_prefix(application_object), etcd_lease=etcd_lease,
-        watch_delay=watch_delay,
+        watch_delay=watch_delay, hints_interval=hints_interval,
     )
     code = asyncio.run(_consume(config, application_object))
     raise typer.Exit(code)

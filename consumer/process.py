@@ -51,6 +51,7 @@ from consumer.api import ShardAPI, add_shard_service
 from consumer.application import Application
 from consumer.keyspace import default_root
 from consumer.protocol import pb as cpb
+from consumer.replica import HINTS_INTERVAL
 from consumer.service import EXIT_TIMEOUT, ConsumerService
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ class ConsumerConfig:
     etcd_prefix: str = ""
     etcd_lease: float = 20.0
     watch_delay: float = 0.03
+    hints_interval: float = HINTS_INTERVAL
     exit_timeout: float = EXIT_TIMEOUT
 
     @property
@@ -237,7 +239,7 @@ class ConsumerProcess:
         self.service = ConsumerService(
             self.etcd.client, cfg.etcd_prefix, spec, self.journal_client, self.app,
             lease_ttl=cfg.etcd_lease, max_replication=cfg.max_hot_standbys + 1, watch_delay=cfg.watch_delay,
-            exit_timeout=cfg.exit_timeout,
+            exit_timeout=cfg.exit_timeout, hints_interval=cfg.hints_interval,
         )
         self.api = ShardAPI(self.service)
         add_shard_service(self.api, self.grpc_server)
