@@ -13,10 +13,22 @@ from typing import Any
 import pytest
 
 from consumer.protocol import pb
-from consumer.recoverylog import FileRecorder
+from consumer.recoverylog import FileRecorder, FSMHints
+from consumer.recoverylog.ops import decode_frames
 from consumer.stores import FenceError, JSONFileStore, StoreDependencyError, StoreError
 from consumer.stores.json_file import checkpoint_from_json, checkpoint_to_json, go_json_line
-from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
+from tests.consumer.stores.recorded import (
+    TIMEOUT,
+    FakeShard,
+    Log,
+    ajc,
+    checkpoint,
+    client,
+    failed,
+    new_log_with,
+    read_log,
+    recorded,
+)
 
 __all__ = ["ajc", "client", "recorded"]  # Fixtures.
 
@@ -193,3 +205,29 @@ async def test_a_large_state(recorded: Log, tmp_path: Path) -> None:
     store2: JSONFileStore[dict[str, str]] = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), {})
     assert store2.state == store.state
     assert await store2.restore_checkpoint(SHARD) == checkpoint(2)
+
+
+async def test_every_prefix_of_the_log_is_a_committed_state(recorded: Log, tmp_path: Path) -> None:
+    """Whatever op of the log a primary died after (even inside a rename), a playback up to there
+    holds the state and checkpoint of one commit, never going back."""
+    rec = await recorded.recorder(tmp_path / "primary", 1111)
+    store: JSONFileStore[dict[str, int]] = JSONFileStore(rec, {})
+    for n in range(1, 6):
+        store.state[f"key{n}"] = n
+        await commit(store, n)
+    data = await read_log(recorded.client, recorded.name)
+    ends = [op.last_offset for op, _, _ in decode_frames(data)]
+    assert len(ends) == 4 + 4 * 5  # create, write, link, unlink; later ones unlink the old state.json too
+    last = 0
+    for i, cut in enumerate(ends):
+        log = await new_log_with(recorded.client, recorded.ajc, data[:cut])
+        resolved = await recorded.play(tmp_path / f"prefix-{i}", hints=FSMHints(log=log))
+        rec2 = await recorded.recorder(Path(resolved.dir), 2222, resolved.fsm)
+        store2: JSONFileStore[dict[str, int]] = JSONFileStore(rec2, {})
+        cp = await store2.restore_checkpoint(SHARD)
+        n = cp.sources["a/journal"].read_through // 100 if cp.sources else 0
+        assert store2.state == {f"key{k}": k for k in range(1, n + 1)}
+        assert cp == (checkpoint(n) if n else pb.Checkpoint())
+        assert n >= last
+        last = n
+    assert last == 5
