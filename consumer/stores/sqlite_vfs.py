@@ -87,7 +87,13 @@ in `gazette_checkpoint(rowid INTEGER PRIMARY KEY DEFAULT 0 CHECK(rowid=0), check
 Commits: `start_commit` = `recorder.barrier(wait_for)`; `UPDATE gazette_checkpoint`; `COMMIT`;
 a future of `recorder.barrier()`. Failures are those of `JSONFileStore`: `StoreDependencyError`
 when a `wait_for` operation failed, `FenceError` when a new primary took the log, `StoreError`
-otherwise; after any of them the Recorder, and the store, are failed for good.
+otherwise; after any of them the Recorder, and the store, are failed for good: a statement that
+writes to a file then raises the Recorder's `RecorderFailedError` (SQLite sees an I/O error).
+
+Other limits: the store's transaction is always open, so statements SQLite refuses inside one
+(`ATTACH`, `VACUUM`, changing `journal_mode`, `locking_mode` or `page_size`) can't be run through
+it; `open` sets the modes, and `request_compaction` does the vacuuming. A database file SQLite opens
+outside the recorder's directory is refused (it would not be recorded).
 """
 
 from __future__ import annotations
