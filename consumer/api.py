@@ -8,7 +8,10 @@
 - **Stat**: resolves the shard. A primary in another process is proxied to (with the resolution's
   header, so the peer does not proxy again); a local primary is waited on until it has read
   through `read_through` (offsets of its source journals; others are ignored), and its
-  read-through and publish-at offsets are returned.
+  read-through and publish-at offsets are returned. A primary that stops serving the shard while
+  a request waits on it (SHARD_STOPPED, or a peer answering NOT_SHARD_PRIMARY or UNAVAILABLE: a
+  hand-off, an exiting member) does not fail a request this process routes: it is resolved again
+  once the mirror shows the shard's route changed, until the request's deadline.
 - **Apply**: upserts and deletes of ShardSpecs in one etcd transaction, each compared with the
   item's ModRevision unless `expect_mod_revision` is -1 (0 creates). A mismatch answers
   ETCD_TRANSACTION_FAILED; success waits until this process's mirror has read the revision.
@@ -62,6 +65,9 @@ Code = pb.ReplicaStatus.Code
 
 PROXY_TIMEOUT = 60.0
 """Seconds a proxied Stat may take when the caller set no deadline."""
+RESOLVE_AGAIN = frozenset({pb.SHARD_STOPPED, pb.NOT_SHARD_PRIMARY})
+"""Statuses of a Stat that waited on (or was proxied to) a primary that is no longer one: a Stat
+this process routed resolves again once its mirror shows the shard's route changed."""
 
 
 async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
@@ -168,11 +174,12 @@ class ShardAPI(pb_grpc.ShardServicer):
             status: int
             if res.status == pb.OK and res.shard is None:
                 response = await self._proxy_stat(request, res.header, context, retry=not proxied)
-                if isinstance(response, pb.StatResponse) and response.status != pb.SHARD_STOPPED:
+                if isinstance(response, pb.StatResponse) and response.status not in RESOLVE_AGAIN:
                     return response
                 if isinstance(response, str):
                     status, header, unavailable = pb.SHARD_STOPPED, res.header, response
                 else:
+                    # The peer stopped serving the shard, or already knows another primary.
                     status, header = int(response.status), response.header
             elif res.status != pb.OK:
                 status, header = int(res.status), res.header
@@ -181,7 +188,7 @@ class ShardAPI(pb_grpc.ShardServicer):
             # A primary that stopped (handed off, or exiting) while the request waited on it: a
             # request this process may route again waits for the shard's route to change, then
             # resolves again, until its deadline.
-            if proxied or status != pb.SHARD_STOPPED or not await self._route_changes(
+            if proxied or status not in RESOLVE_AGAIN or not await self._route_changes(
                 request.shard, res.header.route, deadline
             ):
                 if unavailable:

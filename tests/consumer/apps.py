@@ -4,7 +4,6 @@ into a JSON state recorded to the shard's recovery log."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import json
 import os
@@ -14,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.message import ZERO_UUID, Envelope, Flags, Publisher, get_flags
-from consumer.protocol import pb as cpb
-from consumer.stores import SQLStore, create_checkpoint_table
+from consumer.stores import JSONFileStore, SQLiteStore, SQLStore, create_checkpoint_table
 
 NDJSON = "application/x-ndjson"
 
@@ -115,76 +113,19 @@ class CountingApp:
 # -- a store recorded to the shard's recovery log ---------------------------------------------------
 
 
-class RecordedJSONStore:
-    """A minimal store on a recoverylog Recorder (until consumer.stores' JSONFileStore is used):
-    the state (a JSON object) and the checkpoint live in `<recorder dir>/state.json`. A commit
-    waits on the transaction's appends through a recorder barrier, writes `next.json` and renames
-    it over `state.json`, recording each operation, and is durable once the recorder's next
-    barrier commits."""
-
-    def __init__(self, recorder: Any) -> None:
-        self.recorder = recorder
-        self.path = os.path.join(recorder.dir, "state.json")
-        self.next_path = os.path.join(recorder.dir, "next.json")
-        self.state: dict[str, Any] = {}
-        self.checkpoint = cpb.Checkpoint()
-        if os.path.exists(self.path):
-            with open(self.path, "rb") as f:
-                doc = json.loads(f.read())
-            self.state = doc["state"]
-            self.checkpoint = cpb.Checkpoint.FromString(base64.b64decode(doc["checkpoint"]))
-
-    async def restore_checkpoint(self, shard: Any) -> cpb.Checkpoint:
-        out = cpb.Checkpoint()
-        out.CopyFrom(self.checkpoint)
-        return out
-
-    def start_commit(self, shard: Any, checkpoint: cpb.Checkpoint, wait_for: Any) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[None] = loop.create_future()
-        try:
-            self.recorder.barrier(wait_for)
-            data = json.dumps({
-                "state": self.state, "checkpoint": base64.b64encode(checkpoint.SerializeToString()).decode(),
-            }, sort_keys=True).encode()
-            with open(self.next_path, "wb") as f:
-                f.write(data)
-            fnode = self.recorder.record_create(self.next_path)
-            self.recorder.record_write_at(fnode, data, 0)
-            os.replace(self.next_path, self.path)
-            self.recorder.record_rename(self.next_path, self.path)
-            barrier = self.recorder.barrier()
-        except Exception as exc:
-            out.set_exception(exc)
-            return out
-
-        def done(b: asyncio.Future[Any]) -> None:
-            if out.done():
-                return
-            if b.cancelled():
-                out.cancel()
-            elif b.exception() is not None:
-                out.set_exception(b.exception())  # type: ignore[arg-type]
-            else:
-                out.set_result(None)
-
-        barrier.add_done_callback(done)
-        self.checkpoint = checkpoint
-        return out
-
-    async def destroy(self) -> None:
-        pass
-
-
 class RecordedCountingApp:
-    """Counts read-committed messages by Key in a RecordedJSONStore (its shards need a recovery log).
+    """Counts read-committed messages by Key in a store recorded to the shard's recovery log: a
+    `JSONFileStore` (`store="json"`) or a `SQLiteStore` (`store="sqlite"`; table `counts`).
 
-    With `state_dir`, it mirrors the state outside the recorded directory for tests to read:
-    `<shard>.committed.json` after each commit ({"pid", "state"}), and `<shard>.recovered.json` with
-    the state a primary recovered, when it restores the checkpoint."""
+    With `state_dir`, it mirrors the counts outside the recorded directory for tests to read:
+    `<shard>.committed.json` after each commit ({"pid", "state"}), and `<shard>.recovered.json`
+    with the counts a primary recovered, when its store opened."""
 
-    def __init__(self, state_dir: Path | None = None) -> None:
+    def __init__(self, state_dir: Path | None = None, store: str = "json") -> None:
+        if store not in ("json", "sqlite"):
+            raise ValueError(f"store {store!r} is not json or sqlite")
         self.state_dir = state_dir
+        self.store_kind = store
 
     def _mirror(self, shard: Any, kind: str, state: dict[str, Any]) -> None:
         if self.state_dir is None:
@@ -195,11 +136,23 @@ class RecordedCountingApp:
         tmp.write_text(json.dumps({"pid": os.getpid(), "state": state}, sort_keys=True))
         os.replace(tmp, path)
 
-    async def new_store(self, shard: Any, recorder: Any) -> RecordedJSONStore:
+    @staticmethod
+    def counts(store: Any) -> dict[str, int]:
+        """The counts in `store`'s current transaction."""
+        if isinstance(store, SQLiteStore):
+            return {key: int(n) for key, n in store.query("SELECT key, n FROM counts")}
+        return dict(store.state)
+
+    async def new_store(self, shard: Any, recorder: Any) -> JSONFileStore[dict[str, int]] | SQLiteStore:
         if recorder is None:
             raise ValueError(f"shard {shard.id} has no recovery log (set recovery_log_prefix)")
-        store = RecordedJSONStore(recorder)
-        self._mirror(shard, "recovered", dict(store.state))
+        store: JSONFileStore[dict[str, int]] | SQLiteStore
+        if self.store_kind == "sqlite":
+            store = await SQLiteStore.open(recorder)
+            store.execute("CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+        else:
+            store = JSONFileStore(recorder, {})
+        self._mirror(shard, "recovered", self.counts(store))
         return store
 
     def new_message(self, spec: Any) -> Event:
@@ -209,7 +162,11 @@ class RecordedCountingApp:
         msg = envelope.message
         if get_flags(msg.UUID) == Flags.ACK_TXN:
             return
-        store.state[msg.Key] = store.state.get(msg.Key, 0) + 1
+        if isinstance(store, SQLiteStore):
+            store.execute("INSERT INTO counts (key, n) VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET n = n + 1",
+                          (msg.Key,))
+        else:
+            store.state[msg.Key] = store.state.get(msg.Key, 0) + 1
 
     async def finalize_txn(self, shard: Any, store: Any, publisher: Publisher) -> None:
         pass
@@ -218,7 +175,8 @@ class RecordedCountingApp:
         pass
 
     def finished_txn(self, shard: Any, store: Any, committed: asyncio.Future[None]) -> None:
-        snapshot = dict(store.state)
+        # The commit started and the next transaction has not: the store holds what it commits.
+        snapshot = self.counts(store)
 
         def mirror(f: asyncio.Future[None]) -> None:
             if not f.cancelled() and f.exception() is None:

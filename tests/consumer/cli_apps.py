@@ -3,7 +3,7 @@
 `app` is a CountingApp (tests/consumer/apps.py) whose SQLite file and derived journal come from
 the environment of the consumer process: $GAZETTE_TEST_COUNTS_DB (created with its tables when
 missing) and $GAZETTE_TEST_DERIVED (no derived messages when unset). `recorded_app` is a RecordedCountingApp
-mirroring its state to $GAZETTE_TEST_STATE_DIR.
+mirroring its state to $GAZETTE_TEST_STATE_DIR, in the store $GAZETTE_TEST_STORE names.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.consumer.apps import CountingApp, RecordedCountingApp, create_tables
 COUNTS_DB_ENV = "GAZETTE_TEST_COUNTS_DB"
 DERIVED_ENV = "GAZETTE_TEST_DERIVED"
 STATE_DIR_ENV = "GAZETTE_TEST_STATE_DIR"
+STORE_ENV = "GAZETTE_TEST_STORE"
 
 
 class EnvCountingApp(CountingApp):
@@ -40,11 +41,12 @@ not_an_app = object()
 
 
 class EnvRecordedCountingApp(RecordedCountingApp):
-    """A RecordedCountingApp mirroring its state to $GAZETTE_TEST_STATE_DIR (if set)."""
+    """A RecordedCountingApp mirroring its state to $GAZETTE_TEST_STATE_DIR (if set), with the store
+    $GAZETTE_TEST_STORE names (json, the default, or sqlite)."""
 
     def __init__(self) -> None:
         state_dir = os.environ.get(STATE_DIR_ENV, "")
-        super().__init__(Path(state_dir) if state_dir else None)
+        super().__init__(Path(state_dir) if state_dir else None, os.environ.get(STORE_ENV) or "json")
 
 
 recorded_app = EnvRecordedCountingApp()

@@ -29,7 +29,7 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON
-from tests.consumer.cli_apps import STATE_DIR_ENV
+from tests.consumer.cli_apps import STATE_DIR_ENV, STORE_ENV
 from tests.consumer.test_consume_cli import child_env, publish
 from tests.harness import ROOT, BrokerProcess, free_port, journal_spec
 
@@ -43,7 +43,8 @@ Code = cpb.ReplicaStatus.Code
 class Consumer:
     """One `python -m consumer consume` child running the recorded counting app."""
 
-    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, consumer_id: str) -> None:
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, consumer_id: str,
+                 store: str = "json") -> None:
         self.id = consumer_id
         self.port = free_port()
         self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
@@ -55,7 +56,8 @@ class Consumer:
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=child_env(**{STATE_DIR_ENV: str(tmp), "TMPDIR": str(tmp)}), cwd=ROOT)
+                                     env=child_env(**{STATE_DIR_ENV: str(tmp), STORE_ENV: store, "TMPDIR": str(tmp)}),
+                                     cwd=ROOT)
 
     @property
     def url(self) -> str:
@@ -113,6 +115,7 @@ class Cluster:
         self.source = unique("recovery-cli/src")
         self.log_prefix = unique("recovery-cli/logs")
         self.consumers: dict[str, Consumer] = {}
+        self.store = "json"
 
     @property
     def recovery_log(self) -> str:
@@ -124,7 +127,7 @@ class Cluster:
         await create_journal(self.client, log_spec)
 
     async def start(self, *ids: str) -> None:
-        started = [Consumer(self.tmp, self.broker, self.etcd, self.prefix, i) for i in ids]
+        started = [Consumer(self.tmp, self.broker, self.etcd, self.prefix, i, self.store) for i in ids]
         for c in started:
             self.consumers[c.id] = c
         await asyncio.gather(*(asyncio.to_thread(c.wait_ready) for c in started))
@@ -241,9 +244,11 @@ async def get_hints(stub: cpb_grpc.ShardStub, shard: str) -> cpb.GetHintsRespons
 # -- tests ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", ["json", "sqlite"])
 async def test_sigkilled_primary_recovers_on_another_member_from_its_log(
-    cluster: Cluster, appender: AppendService
+    cluster: Cluster, appender: AppendService, store: str
 ) -> None:
+    cluster.store = store
     await cluster.start("rec-a", "rec-b")
     channel, stub = cluster.stub("rec-a")
     async with channel:
@@ -388,3 +393,55 @@ async def test_sigterm_hands_primary_off_to_standby_without_failed_requests(
     logs = cluster.consumers[survivor].logs()
     assert "promoted from a hot standby" in logs, logs
     assert "Traceback" not in cluster.consumers[primary].logs()
+
+
+async def test_sqlite_primary_sigkilled_mid_stream_loses_and_repeats_nothing(
+    cluster: Cluster, appender: AppendService
+) -> None:
+    cluster.store = "sqlite"
+    await cluster.start("mid-a", "mid-b")
+    channel, stub = cluster.stub("mid-a")
+    async with channel:
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
+        assert applied.status == cpb.OK
+        primary = cluster.primary_of(await cluster.wait_statuses(stub, {Code.PRIMARY: 1}))
+    other = "mid-b" if primary == "mid-a" else "mid-a"
+
+    keys: list[str] = []
+    stop = asyncio.Event()
+
+    async def publishing() -> None:
+        i = 0
+        while not stop.is_set():
+            batch = [f"m{(i + j) % 11}" for j in range(5)]
+            i += 5
+            await publish(appender, cluster.source, *batch)
+            keys.extend(batch)
+            await asyncio.sleep(0.005)
+
+    load = asyncio.create_task(publishing())
+    try:
+        # Kill the primary while it is consuming (transactions of 50 ms at most, back to back).
+        await asyncio.sleep(1.0)
+        committed_before = cluster.state("committed")
+        assert committed_before is not None and committed_before["state"], "the primary was consuming"
+        await asyncio.to_thread(cluster.consumers[primary].stop, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await load
+
+    channel, stub = cluster.stub(other)
+    async with channel:
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary=other)
+        head = await publish(appender, cluster.source, "last")
+        keys.append("last")
+        await cluster.stat_through(stub, head)
+        await cluster.wait_committed(counts(*keys))  # Every message counted exactly once.
+    recovered = cluster.state("recovered")
+    assert recovered is not None and recovered["pid"] == cluster.consumers[other].proc.pid
+    final = counts(*keys)
+    assert all(n <= final[k] for k, n in recovered["state"].items()), recovered
+    assert all(recovered["state"].get(k, 0) >= n for k, n in committed_before["state"].items()), (
+        "the recovered state is at least the last commit the test saw"
+    )
