@@ -289,7 +289,7 @@ class RecordedFile(apsw.VFSFile):
         vfs = self.vfs
         recorded = vfs._sizes.get(path, 0)
         if newsize == 0:
-            if recorded or path in vfs.recorder.fsm.links:
+            if recorded:
                 vfs._truncation(self.filename, path)
         elif newsize > recorded:
             vfs._write(path, b"\x00", newsize - 1, self.is_main_db)
