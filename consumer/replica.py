@@ -52,6 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from prometheus_client import Counter
+
 from broker.client import AppendService, JournalClient
 from broker.keyspace import Assignment, KeySpace, item_key
 from broker.keyspace.keyspace import compare_mod, put_op, txn
@@ -84,6 +86,18 @@ from consumer.transaction import (
 
 if TYPE_CHECKING:
     from consumer.store import Store
+
+SHARD_RECOVERIES_TOTAL = Counter(
+    "gazette_shard_recoveries_total",
+    "Completed recoveries of shards from their recovery logs, by whether a hot standby (already tailing the "
+    "log as STANDBY) was promoted.",
+    ["shard", "standby"],
+)
+SHARD_RECOVERY_SECONDS_TOTAL = Counter(
+    "gazette_shard_recovery_seconds_total",
+    "Cumulative seconds from a replica's promotion to the end of its playback (the hand-off no-op read back).",
+    ["shard", "standby"],
+)
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +403,9 @@ class Replica:
             log=resolved.log, was_standby=was_standby, was_tailing=was_tailing, playback_seconds=loop.time() - started,
             live_files=len(fsm.live_nodes), hinted=bool(hints is not None and hints.live_nodes),
         )
+        labels = (self.fqn, "true" if was_standby else "false")
+        SHARD_RECOVERIES_TOTAL.labels(*labels).inc()
+        SHARD_RECOVERY_SECONDS_TOTAL.labels(*labels).inc(self.recovery_stats.playback_seconds)
         log.info(
             "completed recovery of shard %s from %s (%s; hand-off in %.3fs, %d live files)",
             self.id, resolved.log, "promoted from a hot standby" if was_standby else "played as a new primary",

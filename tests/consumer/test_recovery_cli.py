@@ -325,6 +325,11 @@ async def test_hot_standby_takes_over_a_sigkilled_primary_without_replaying(
         await cluster.wait_committed(counts(*keys, *more))
         hints = await get_hints(stub, cluster.shard)
         assert hints.backup_hints[0].hints.live_nodes
+    with urllib.request.urlopen(f"{cluster.consumers[standby].url}/debug/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    fqn = f"{cluster.prefix}/items/{cluster.shard}"
+    assert f'gazette_shard_recoveries_total{{shard="{fqn}",standby="true"}} 1.0' in metrics, metrics
+    assert f'gazette_shard_recoveries_total{{shard="{fqn}",standby="false"}}' not in metrics
     logs = cluster.consumers[standby].logs()
     assert "shard standby is tailing its recovery log" in logs, logs
     assert "promoted from a hot standby" in logs, "the standby did not replay the log from its start"
