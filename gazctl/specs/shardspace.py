@@ -245,6 +245,15 @@ def load_flat(text: str, file: str = "<stdin>") -> list[FlatShard]:
     return strict.with_positions(lambda fast: flatten(load(text, file, fast=fast)))
 
 
+def error_at(text: str, file: str, shard_id: str, key: str, message: str) -> SpecError:
+    """An error at `key` of shard `shard_id` of the shardspace `text` (else at the shard), naming
+    the file and line: for problems found after decoding, e.g. a journal that does not exist."""
+    for shard in push_down(load(text, file)):
+        if shard.spec.id == shard_id:
+            return shard.error(message, key)
+    return At(file, 0, 0, shard_id).error(message)
+
+
 def change(flat: FlatShard) -> pb.ApplyRequest.Change:
     """The ApplyRequest change of a flattened shard."""
     if flat.delete:

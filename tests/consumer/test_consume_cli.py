@@ -48,6 +48,7 @@ class ConsumerProcess:
     def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, db: Path, consumer_id: str,
                  *extra: str) -> None:
         self.port = free_port()
+        self.broker_url = broker.url
         self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
         args = [
             sys.executable, "-m", "consumer", "consume", APP,

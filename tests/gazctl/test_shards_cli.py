@@ -67,7 +67,8 @@ def consumer(
 
 
 def shards(consumer: ConsumerProcess, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    return run_gazctl(None, "shards", *args, input=input, env={"CONSUMER_ADDRESS": consumer.url})
+    return run_gazctl(None, "shards", *args, input=input,
+                      env={"CONSUMER_ADDRESS": consumer.url, "BROKER_ADDRESS": consumer.broker_url})
 
 
 def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -336,3 +337,20 @@ def test_list_lag_and_edit(consumer: ConsumerProcess, broker: BrokerProcess, tmp
     current = shards(consumer, "list", "-l", "app=shards-cli-lag", "--format", "yaml").stdout
     gone = shards(consumer, "apply", input=current.replace("- id: ", "- delete: true\n  id: "))
     assert gone.returncode == 0, gone.stderr
+
+
+def test_apply_refuses_shards_of_missing_journals(consumer: ConsumerProcess, tmp_path: Path) -> None:
+    specs = tmp_path / "missing.yaml"
+    missing = SHARDS.replace(SHARD, "shards-cli-missing")
+    specs.write_text(missing.replace(f"journal: {SOURCE}", "journal: no/such/journal"))
+    done = shards(consumer, "apply", "--specs", str(specs))
+    one_line_error(done, f"{specs}:10:3: shards[0].sources", "journal no/such/journal does not exist",
+                   "--no-check-journals")
+    assert listed(consumer, "id=shards-cli-missing").shards == [], "nothing reached etcd"
+
+    with_log = "  max_txn_duration: 100ms\n  recovery_log_prefix: no/logs\n  hint_prefix: /hints\n"
+    logged = SHARDS.replace(SHARD, "shards-cli-nolog").replace("  max_txn_duration: 100ms\n", with_log)
+    one_line_error(shards(consumer, "apply", input=logged), "recovery log journal no/logs/shards-cli-nolog")
+
+    unchecked = shards(consumer, "apply", "--specs", str(specs), "--no-check-journals", "--dry-run")
+    assert unchecked.returncode == 0, unchecked.stderr

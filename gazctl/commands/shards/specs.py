@@ -16,10 +16,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from broker.client import JournalClient, list_journals
 from broker.logs import LogFormat
 from broker.protocol import labels
+from broker.protocol import pb as bpb
 from consumer.protocol import pb
-from consumer.protocol.shard_spec import reduce_replica_status
+from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
 from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
@@ -218,6 +220,23 @@ def table_text(headers: list[str], rows: list[list[str]]) -> str:
     return "".join(out)
 
 
+async def missing_journals(client: JournalClient, flats: list[shardspace.FlatShard]) -> list[tuple[str, str, str]]:
+    """(shard id, YAML key, journal) of each source or recovery-log journal of an upserted shard
+    that does not exist, in file order."""
+    exists = {journal.spec.name for journal in (await list_journals(client, bpb.LabelSelector())).journals}
+    out = []
+    for flat in flats:
+        if flat.delete:
+            continue
+        for source in flat.spec.sources:
+            if source.journal not in exists:
+                out.append((flat.spec.id, "sources", source.journal))
+        log_name = recovery_log(flat.spec)
+        if log_name and log_name not in exists:
+            out.append((flat.spec.id, "recovery_log_prefix", log_name))
+    return out
+
+
 def to_yaml(resp: pb.ListResponse) -> str:
     """The shards as a shardspace: common fields hoisted, each shard with its mod revision."""
     return shardspace.dump(shardspace.hoist((s.spec, s.mod_revision) for s in resp.shards))
@@ -261,7 +280,15 @@ def apply_command(
         bool, typer.Option("--dry-run", help="Print the ApplyRequest (proto text) instead of applying it")
     ] = False,
     max_txn_size: MaxTxnSizeOption = 0,
+    check_journals: Annotated[
+        bool,
+        typer.Option(
+            "--check-journals/--no-check-journals",
+            help="Refuse shards whose source or recovery-log journals do not exist (asks the broker)",
+        ),
+    ] = True,
     consumer_address: ConsumerAddressOption = None,
+    broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
 ) -> None:
@@ -274,9 +301,20 @@ def apply_command(
     with it, each batch is its own, and a failed batch leaves the ones before it applied.
     """
     with reported():
-        _logging(ctx, log_level, log_format)
+        settings = setup(ctx, broker_address, log_level, log_format)
         text, file = _read_specs(specs)
-        changes = [shardspace.change(flat) for flat in shardspace.load_flat(text, file)]
+        flats = shardspace.load_flat(text, file)
+        if check_journals:
+            missing = settings.run(lambda client: missing_journals(client, flats))
+            if missing:
+                shard_id, key, journal = missing[0]
+                what = "source" if key == "sources" else "recovery log"
+                raise shardspace.error_at(
+                    text, file, shard_id, key,
+                    f"shard {shard_id!r}: {what} journal {journal} does not exist (create it first, or pass"
+                    " --no-check-journals)",
+                )
+        changes = [shardspace.change(flat) for flat in flats]
         if dry_run:
             sys.stdout.write(text_format.MessageToString(pb.ApplyRequest(changes=changes)))
             return
