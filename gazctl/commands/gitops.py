@@ -1,4 +1,9 @@
-"""`gazctl plan DIR` and `gazctl sync DIR`: reconcile the cluster's journals to a spec repository.
+"""`gazctl plan DIR` and `gazctl sync DIR`: reconcile the cluster's journals and shards to a spec repository.
+
+Journals are listed and applied through a broker (`--broker.address`); shards through the Shard
+API of a consumer process (`--consumer.address`, `$CONSUMER_ADDRESS` or `[shards.Consumer]` in
+gazctl.ini, as `gazctl shards` resolves it), asked only when the tree declares shards or a
+consumer address is configured (so that the last shards of a tree can be pruned).
 
 Exit codes (both commands):
   0  success: the cluster matches the tree, or sync applied the plan, or a plan was printed
@@ -9,6 +14,7 @@ Exit codes (both commands):
 
 from __future__ import annotations
 
+import functools
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +25,7 @@ from rich.console import Console
 
 from broker.client import apply_transactions
 from broker.protocol import pb
+from consumer.protocol import pb as cpb
 from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
@@ -27,9 +34,12 @@ from gazctl.commands.common import (
     reported,
     setup,
 )
+from gazctl.commands.shards import _client as shard_client
+from gazctl.commands.shards._client import ConsumerAddressOption
+from gazctl.config import resolve_consumer_address
 from gazctl.specs.gitops import render, source, sync, tree
 from gazctl.specs.gitops.errors import GitOpsError, StalePlan
-from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Plan, make_plan
+from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Kind, Plan, make_plan
 
 EXIT_CHANGES = 3
 """Exit status of `plan --detailed-exitcode` (and `sync --dry-run --detailed-exitcode`) when changes are pending."""
@@ -44,7 +54,10 @@ class PlanFormat(StrEnum):
 
 DirArgument = Annotated[
     Path,
-    typer.Argument(help="Directory of spec files: *.yaml journalspace trees and *.yaml.j2 jinja2 templates of them"),
+    typer.Argument(
+        help="Directory of spec files: *.yaml journalspace trees, shardspaces (a top-level `shards:` key), and"
+        " *.yaml.j2 jinja2 templates of either"
+    ),
 ]
 ValuesOption = Annotated[
     Path | None,
@@ -59,15 +72,16 @@ OwnerOption = Annotated[
     ),
 ]
 PruneOption = Annotated[
-    bool, typer.Option("--prune", help="Delete journals this tree manages that are no longer in it")
+    bool, typer.Option("--prune", help="Delete journals and shards this tree manages that are no longer in it")
 ]
 MaxPruneOption = Annotated[
-    int, typer.Option("--max-prune", min=0, help="Refuse to prune more journals than this")
+    int, typer.Option("--max-prune", min=0, help="Refuse to prune more journals (or more shards) than this")
 ]
 AllowMassPruneOption = Annotated[
     bool,
     typer.Option(
-        "--allow-mass-prune", help="Prune even more than --max-prune, or every journal the tree manages"
+        "--allow-mass-prune",
+        help="Prune even more than --max-prune, or every journal (or shard) the tree manages",
     ),
 ]
 FormatOption = Annotated[
@@ -111,6 +125,7 @@ def plan_command(
         typer.Option("--out", help="Also save the plan as JSON, for `gazctl sync --plan FILE` to apply exactly it"),
     ] = None,
     detailed_exitcode: DetailedExitcodeOption = False,
+    consumer_address: ConsumerAddressOption = None,
     broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -118,13 +133,13 @@ def plan_command(
     """Show what `sync` would change to make the cluster match the spec tree in DIR.
 
     Every file is read, rendered and validated before the cluster is contacted. Changes are
-    grouped by journal: + create, ~ update (field: old -> new), - delete (with --prune); a
-    journal edited by hand since sync wrote it is reported as drift, naming its fields.
+    grouped by journal and shard: + create, ~ update (field: old -> new), - delete (with
+    --prune); one edited by hand since sync wrote it is reported as drift, naming its fields.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
         spec_tree, src = _load(directory, values, owner)
-        plan = _plan(settings, spec_tree, src, prune, max_prune, allow_mass_prune)
+        plan = _plan(settings, consumer_address, spec_tree, src, prune, max_prune, allow_mass_prune)
         _print(plan, output)
         if out is not None:
             _save(out, plan)
@@ -161,6 +176,7 @@ def sync_command(
     ] = False,
     output: FormatOption = PlanFormat.text,
     detailed_exitcode: DetailedExitcodeOption = False,
+    consumer_address: ConsumerAddressOption = None,
     broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -168,8 +184,10 @@ def sync_command(
     """Make the cluster match the spec tree in DIR: plan, then apply the plan in one etcd transaction.
 
     Each change is guarded by the revision the plan read: if any planned journal changed in the
-    meantime, sync fails and changes nothing. Journals sync creates or updates carry the label
-    app.gazette.dev/managed-by naming the tree's owner, and the git commit they came from.
+    meantime, sync fails and changes nothing. Journals and shards sync creates or updates carry
+    the label app.gazette.dev/managed-by naming the tree's owner, and the git commit they came
+    from. With shards, journals are created and updated first, then shards are applied through
+    the consumer (one more transaction), then journals are deleted.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
@@ -177,18 +195,22 @@ def sync_command(
         if show_status:
             journals = settings.run(sync.cluster_journals)
             _print_status(sync.status(src.owner, journals))
+            if _asks_consumer(spec_tree, consumer_address):
+                shards = shard_client.run(consumer_address, sync.cluster_shards)
+                _print_status(sync.shard_status(src.owner, shards), "shard")
             return
         if saved is not None:
             plan = _load_saved(saved, spec_tree, src)
         else:
-            plan = _plan(settings, spec_tree, src, prune, max_prune, allow_mass_prune)
+            plan = _plan(settings, consumer_address, spec_tree, src, prune, max_prune, allow_mass_prune)
         _print(plan, output)
         if dry_run or not plan.changes:
             if dry_run and detailed_exitcode and plan.changes:
                 raise typer.Exit(EXIT_CHANGES)
             return
-        transactions = apply_transactions(len(plan.changes), max_txn_size)
-        if transactions > 1:
+        steps = sync.phases(plan)
+        transactions = sum(apply_transactions(len(changes), max_txn_size) for _, changes in steps)
+        if transactions > 1 and max_txn_size:
             _stderr(f"Applying {len(plan.changes)} changes in {transactions} transactions of at most {max_txn_size};"
                     " a failed transaction leaves the earlier ones applied.")
         applied = 0
@@ -196,10 +218,22 @@ def sync_command(
         def progress(done: int, total: int) -> None:
             nonlocal applied
             applied += 1
-            if transactions > 1:
+            if transactions > 1 and max_txn_size:
                 _stderr(f"Applied transaction {applied} of {transactions}.")
 
-        revision = settings.run(lambda client: sync.apply_plan(client, plan, max_txn_size, progress))
+        revision = 0
+        earlier = 0
+        for kind, changes in steps:
+            before = f"; the {earlier} changes of the steps before stay applied" if earlier else ""
+            if kind is Kind.shard:
+                revision = shard_client.run(consumer_address, functools.partial(
+                    sync.apply_shard_changes, changes=changes, max_txn_size=max_txn_size, on_applied=progress,
+                    earlier=before))
+            else:
+                revision = settings.run(functools.partial(
+                    sync.apply_plan, plan=plan, max_txn_size=max_txn_size, on_applied=progress, changes=changes,
+                    earlier=before))
+            earlier += len(changes)
         s = plan.summary()
         commit = f" from commit {plan.commit}" if plan.commit else ""
         _stderr(f"Applied{commit} at etcd revision {revision}: {s['create']} created, {s['update']} updated,"
@@ -208,14 +242,26 @@ def sync_command(
 
 def _load(directory: Path, values: Path | None, owner: str | None) -> tuple[tree.SpecTree, source.Source]:
     spec_tree = tree.load_tree(directory, values)
+    for note in spec_tree.notes:
+        _stderr(f"note: {note}")
     return spec_tree, source.describe(directory, owner)
 
 
+def _asks_consumer(spec_tree: tree.SpecTree, consumer_address: str | None) -> bool:
+    """Whether to list shards: the tree has shards, or a consumer address is configured (not the default)."""
+    return bool(spec_tree.shard_files) or resolve_consumer_address(consumer_address).source != "default"
+
+
 def _plan(
-    settings: Settings, spec_tree: tree.SpecTree, src: source.Source, prune: bool, max_prune: int, allow: bool
+    settings: Settings, consumer_address: str | None, spec_tree: tree.SpecTree, src: source.Source, prune: bool,
+    max_prune: int, allow: bool,
 ) -> Plan:
     journals: list[pb.ListResponse.Journal] = settings.run(sync.cluster_journals)
-    return make_plan(spec_tree, src, journals, prune=prune, max_prune=max_prune, allow_mass_prune=allow)
+    shards: list[cpb.ListResponse.Shard] | None = None
+    if _asks_consumer(spec_tree, consumer_address):
+        shards = shard_client.run(consumer_address, sync.cluster_shards)
+    return make_plan(spec_tree, src, journals, prune=prune, max_prune=max_prune, allow_mass_prune=allow,
+                     shards=shards)
 
 
 def _load_saved(path: Path, spec_tree: tree.SpecTree, src: source.Source) -> Plan:
@@ -249,10 +295,10 @@ def _save(path: Path, plan: Plan) -> None:
         raise GitOpsError(f"{path}: cannot save the plan: {err.strerror}") from None
 
 
-def _print_status(status: sync.Status) -> None:
-    lines = [f"Owner {status.owner}: {status.journals} managed journal(s)."]
+def _print_status(status: sync.Status, what: str = "journal") -> None:
+    lines = [f"Owner {status.owner}: {status.journals} managed {what}(s)."]
     for commit, count, revision in status.commits:
-        lines.append(f"  commit {commit}: {count} journal(s), last written at etcd revision {revision}")
+        lines.append(f"  commit {commit}: {count} {what}(s), last written at etcd revision {revision}")
     if status.drifted:
         lines.append(f"  drifted (edited outside the tree): {', '.join(status.drifted)}")
     sys.stdout.write("\n".join(lines) + "\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -264,28 +263,6 @@ def test_remote_urls_normalize_to_one_owner() -> None:
     for url in ("git@github.com:acme/specs.git", "https://github.com/acme/specs", "ssh://git@github.com:22/acme/specs.git",
                 "https://token@github.com/acme/specs.git"):
         assert normalize_remote(url) == "github.com/acme/specs", url
-
-
-def test_example_spec_repository(broker: BrokerProcess, tmp_path: Path) -> None:
-    specs = tmp_path / "specs"
-    shutil.copytree(ROOT / "specs", specs)
-    doc = plan_doc(broker, specs, "--owner", "examples")
-    assert doc["summary"]["create"] == 22
-    sync(broker, specs, "--owner", "examples")
-    assert plan_doc(broker, specs, "--owner", "examples")["changes"] == []
-
-    def names(selector: str) -> list[str]:
-        return sorted(listed(broker, selector))
-
-    us_query_logs = names("app.gazette.dev/message-type=QueryLog, app.gazette.dev/region=us-east-1")
-    assert us_query_logs == [f"examples/query-logs/us-east-1/part-{i:03}" for i in range(8)]
-    assert names("app.gazette.dev/message-type in (Click, Order), app.gazette.dev/region=us-east-1") == [
-        "examples/clicks/mobile", "examples/clicks/web", "examples/orders/us-east-1/part-000",
-        "examples/orders/us-east-1/part-001"]
-    assert names("content-type=application/x-protobuf-fixed, app.gazette.dev/region notin (us-east-1)") == [
-        "examples/orders/eu-west-1/part-000", "examples/orders/eu-west-1/part-001"]
-    assert names("app.gazette.dev/tag=web") == ["examples/clicks/web"]
-    assert len(names(f"{MANAGED_BY}=examples")) == 22
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,10 @@ was edited by someone else: the plan reports that drift with the fields it rever
 Journals of the owner that left the tree are deleted only with `prune`, never journals owned by
 another tree or by no one, and never more than `max_prune` (or every owned journal) unless
 `allow_mass_prune`.
+
+Shards are planned the same way, against the consumer's Shard API listing: the same three labels,
+drift, ownership and prune guard (counted apart from journals). Every journal a shard of the tree
+reads, and its recovery log, must be in the tree or in the cluster and not pruned by the plan.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from typing import Any
 
 from broker.protocol import labels, pb
 from broker.specs.durations import format_duration, from_proto
-from gazctl.specs.gitops.errors import OwnershipError, PruneRefused
+from consumer.protocol import pb as cpb
+from gazctl.specs.gitops.errors import GitOpsError, OwnershipError, PruneRefused
+from gazctl.specs.gitops.shards import needed_journals
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
 from gazctl.specs.gitops.tree import SpecTree
 
@@ -34,11 +40,21 @@ Value = int | str | list[str] | None
 
 
 class Action(StrEnum):
-    """What sync does to one journal."""
+    """What sync does to one journal or shard."""
 
     create = "create"
     update = "update"
     delete = "delete"
+
+
+class Kind(StrEnum):
+    """What a change is to: a journal (through a broker) or a shard (through a consumer)."""
+
+    journal = "journal"
+    shard = "shard"
+
+
+Spec = pb.JournalSpec | cpb.ShardSpec
 
 
 @dataclass(frozen=True)
@@ -52,25 +68,41 @@ class FieldChange:
 
 @dataclass(frozen=True)
 class Change:
-    """One journal's change: its action, the revision it is guarded by, its field diff and its new spec."""
+    """One journal's or shard's change: its action, the revision guarding it, its field diff and new spec."""
 
-    journal: str
+    name: str
     action: Action
     expect_mod_revision: int
-    """0 for a create (the journal must not exist); else the revision the plan read."""
+    """0 for a create (the journal or shard must not exist); else the revision the plan read."""
     fields: list[FieldChange]
-    spec: pb.JournalSpec | None = None
+    spec: Spec | None = None
     """The spec to upsert (None for a delete)."""
     drift: bool = False
-    """The journal was edited outside the tree since sync last wrote it; the change reverts that."""
+    """Edited outside the tree since sync last wrote it; the change reverts that."""
     adopt: bool = False
-    """The journal exists without an owner: sync takes it over."""
+    """It exists without an owner: sync takes it over."""
+    kind: Kind = Kind.journal
+
+    @property
+    def journal(self) -> str:
+        """The journal's name (or the shard's id)."""
+        return self.name
 
     def to_apply(self) -> pb.ApplyRequest.Change:
-        """The ApplyRequest change."""
+        """The broker's ApplyRequest change (of a journal)."""
+        assert self.kind is Kind.journal
         if self.action is Action.delete:
-            return pb.ApplyRequest.Change(delete=self.journal, expect_mod_revision=self.expect_mod_revision)
+            return pb.ApplyRequest.Change(delete=self.name, expect_mod_revision=self.expect_mod_revision)
+        assert isinstance(self.spec, pb.JournalSpec)
         return pb.ApplyRequest.Change(upsert=self.spec, expect_mod_revision=self.expect_mod_revision)
+
+    def to_shard_apply(self) -> cpb.ApplyRequest.Change:
+        """The consumer's ApplyRequest change (of a shard)."""
+        assert self.kind is Kind.shard
+        if self.action is Action.delete:
+            return cpb.ApplyRequest.Change(delete=self.name, expect_mod_revision=self.expect_mod_revision)
+        assert isinstance(self.spec, cpb.ShardSpec)
+        return cpb.ApplyRequest.Change(upsert=self.spec, expect_mod_revision=self.expect_mod_revision)
 
 
 @dataclass
@@ -82,25 +114,46 @@ class Plan:
     tree_digest: str
     changes: list[Change] = field(default_factory=list)
     unchanged: int = 0
+    """Journals already as the tree says."""
     orphans: list[str] = field(default_factory=list)
     """Journals of the owner that left the tree, not deleted because prune was off."""
+    shards: bool = False
+    """Whether shards were planned (the tree has shards, or a consumer was asked for the owner's)."""
+    unchanged_shards: int = 0
+    orphan_shards: list[str] = field(default_factory=list)
+    """Shards of the owner that left the tree, not deleted because prune was off."""
 
-    def count(self, action: Action) -> int:
-        return sum(1 for c in self.changes if c.action is action)
+    def count(self, action: Action, kind: Kind | None = None) -> int:
+        return sum(1 for c in self.changes if c.action is action and (kind is None or c.kind is kind))
 
     @property
     def drifted(self) -> int:
         return sum(1 for c in self.changes if c.drift)
 
+    def of(self, kind: Kind) -> list[Change]:
+        return [c for c in self.changes if c.kind is kind]
+
     def summary(self) -> dict[str, int]:
-        """Counts by kind, in a stable order."""
+        """Counts by kind of change (journals and shards together), in a stable order."""
         return {
             "create": self.count(Action.create),
             "update": self.count(Action.update),
             "delete": self.count(Action.delete),
             "drift": self.drifted,
-            "unchanged": self.unchanged,
-            "orphaned": len(self.orphans),
+            "unchanged": self.unchanged + self.unchanged_shards,
+            "orphaned": len(self.orphans) + len(self.orphan_shards),
+        }
+
+    def summary_of(self, kind: Kind) -> dict[str, int]:
+        """The counts of one kind."""
+        changes = self.of(kind)
+        return {
+            "create": sum(1 for c in changes if c.action is Action.create),
+            "update": sum(1 for c in changes if c.action is Action.update),
+            "delete": sum(1 for c in changes if c.action is Action.delete),
+            "drift": sum(1 for c in changes if c.drift),
+            "unchanged": self.unchanged if kind is Kind.journal else self.unchanged_shards,
+            "orphaned": len(self.orphans if kind is Kind.journal else self.orphan_shards),
         }
 
 
@@ -112,8 +165,14 @@ def make_plan(
     prune: bool = False,
     max_prune: int = DEFAULT_MAX_PRUNE,
     allow_mass_prune: bool = False,
+    shards: Iterable[cpb.ListResponse.Shard] | None = None,
 ) -> Plan:
-    """Compare `tree` with the `cluster`'s journals (a listing of at least the tree's and the owner's)."""
+    """Compare `tree` with the `cluster`'s journals (a listing of at least the tree's and the owner's)
+    and, unless `shards` is None, with the consumer's shards (a listing of every shard).
+
+    A shard whose source or recovery-log journal is neither in the tree nor in the cluster (or is
+    pruned by this plan) is an error naming the shard's file, line and field.
+    """
     plan = Plan(source.owner, source.commit, tree.digest)
     current = {j.spec.name: j for j in cluster}
     for name, desired in tree.journals.items():
@@ -133,21 +192,62 @@ def make_plan(
             journal = current[name]
             fields = [FieldChange(k, v, None) for k, v in spec_fields(journal.spec).items()]
             plan.changes.append(Change(name, Action.delete, journal.mod_revision, fields))
-    plan.changes.sort(key=lambda c: c.journal)
+
+    if shards is not None or tree.shards:
+        if shards is None:
+            raise GitOpsError("the tree declares shards, but no consumer was asked for the cluster's shards")
+        plan.shards = True
+        deleted = set(gone) if prune else set()
+        _require_journals(tree, (set(current) - deleted) | set(tree.journals))
+        _plan_shards(plan, tree, source, shards, prune, max_prune, allow_mass_prune)
+    plan.changes.sort(key=lambda c: (c.kind is Kind.shard, c.name))
     return plan
 
 
-def _guard_prune(count: int, owned: int, max_prune: int, allow: bool, owner: str) -> None:
+def _require_journals(tree: SpecTree, available: set[str]) -> None:
+    for shard in tree.shards.values():
+        for journal, key in needed_journals(shard.spec):
+            if journal not in available:
+                what = "recovery log" if key == "recovery_log_prefix" else "source journal"
+                raise shard.error(
+                    f"the {what} {journal!r} of shard {shard.spec.id!r} is neither in the tree nor in the cluster"
+                    " (or this sync prunes it): declare it in the tree", key)
+
+
+def _plan_shards(
+    plan: Plan, tree: SpecTree, source: Source, shards: Iterable[cpb.ListResponse.Shard], prune: bool,
+    max_prune: int, allow_mass_prune: bool,
+) -> None:
+    current = {s.spec.id: s for s in shards}
+    for shard_id, desired in tree.shards.items():
+        change = _compare_shard(desired.spec, current.get(shard_id), source)
+        if change is None:
+            plan.unchanged_shards += 1
+        else:
+            plan.changes.append(change)
+    owned = [s for s in current.values() if labels.value_of(s.spec.labels, MANAGED_BY) == source.owner]
+    gone = sorted(s.spec.id for s in owned if s.spec.id not in tree.shards)
+    if not prune:
+        plan.orphan_shards = gone
+    elif gone:
+        _guard_prune(len(gone), len(owned), max_prune, allow_mass_prune, source.owner, "shards")
+        for shard_id in gone:
+            shard = current[shard_id]
+            fields = [FieldChange(k, v, None) for k, v in shard_fields(shard.spec).items()]
+            plan.changes.append(Change(shard_id, Action.delete, shard.mod_revision, fields, kind=Kind.shard))
+
+
+def _guard_prune(count: int, owned: int, max_prune: int, allow: bool, owner: str, what: str = "journals") -> None:
     if allow:
         return
     if count == owned:
         raise PruneRefused(
-            f"prune would delete every journal managed by {owner} ({count}): is the spec directory right?"
+            f"prune would delete every {what[:-1]} managed by {owner} ({count}): is the spec directory right?"
             " Pass --allow-mass-prune if that is intended"
         )
     if count > max_prune:
         raise PruneRefused(
-            f"prune would delete {count} journals managed by {owner}, more than --max-prune {max_prune};"
+            f"prune would delete {count} {what} managed by {owner}, more than --max-prune {max_prune};"
             " raise --max-prune or pass --allow-mass-prune if that is intended"
         )
 
@@ -240,3 +340,72 @@ def _enum(enum: Any, number: int) -> str | int:
 def _duration(d: Any) -> str:
     ns = from_proto(d)
     return format_duration(ns) if ns else ""
+
+
+# Shards.
+
+
+def _compare_shard(desired: cpb.ShardSpec, shard: cpb.ListResponse.Shard | None, source: Source) -> Change | None:
+    wanted = cpb.ShardSpec()
+    wanted.CopyFrom(desired)
+    wanted.labels.CopyFrom(labels.set_value(wanted.labels, MANAGED_BY, source.owner))
+    wanted_sha1 = shard_sha1(wanted)
+
+    def upsert() -> cpb.ShardSpec:
+        spec = cpb.ShardSpec()
+        spec.CopyFrom(wanted)
+        spec.labels.CopyFrom(labels.set_value(spec.labels, SPEC_SHA1, wanted_sha1))
+        if source.commit:
+            spec.labels.CopyFrom(labels.set_value(spec.labels, COMMIT, source.commit))
+        return spec
+
+    if shard is None:
+        fields = [FieldChange(k, None, v) for k, v in shard_fields(wanted).items()]
+        return Change(desired.id, Action.create, 0, fields, upsert(), kind=Kind.shard)
+    owner = labels.value_of(shard.spec.labels, MANAGED_BY)
+    if owner is not None and owner != source.owner:
+        raise OwnershipError(
+            f"shard {desired.id!r} is managed by {owner!r}, not by {source.owner!r}: "
+            "remove it from this tree, or remove its label there first"
+        )
+    current_sha1 = shard_sha1(shard.spec)
+    if current_sha1 == wanted_sha1:
+        return None
+    recorded = labels.value_of(shard.spec.labels, SPEC_SHA1)
+    return Change(
+        desired.id, Action.update, shard.mod_revision, diff_fields(shard_fields(shard.spec), shard_fields(wanted)),
+        upsert(), drift=owner is not None and recorded is not None and recorded != current_sha1,
+        adopt=owner is None, kind=Kind.shard,
+    )
+
+
+def shard_sha1(spec: cpb.ShardSpec) -> str:
+    """SHA-1 of a shard spec as sync compares it: without the bookkeeping labels."""
+    canonical = cpb.ShardSpec()
+    canonical.CopyFrom(spec)
+    for name in BOOKKEEPING:
+        canonical.labels.CopyFrom(labels.remove(canonical.labels, name))
+    return hashlib.sha1(canonical.SerializeToString(deterministic=True)).hexdigest()
+
+
+def shard_fields(spec: cpb.ShardSpec) -> dict[str, Value]:
+    """A shard spec's compared fields by name (`sources`, `labels.<name>`), set ones only."""
+    out: dict[str, Value] = {
+        "sources": [s.journal + (f"@{s.min_offset}" if s.min_offset else "") for s in spec.sources],
+        "recovery_log_prefix": spec.recovery_log_prefix,
+        "hint_prefix": spec.hint_prefix,
+        "hint_backups": spec.hint_backups,
+        "max_txn_duration": _duration(spec.max_txn_duration),
+        "min_txn_duration": _duration(spec.min_txn_duration),
+        "disable": "true" if spec.disable else "",
+        "hot_standbys": spec.hot_standbys,
+        "disable_wait_for_ack": "true" if spec.disable_wait_for_ack else "",
+        "ring_buffer_size": spec.ring_buffer_size,
+        "read_channel_size": spec.read_channel_size,
+    }
+    for label in spec.labels.labels:
+        if label.name not in BOOKKEEPING:
+            values = out.setdefault(f"labels.{label.name}", [])
+            assert isinstance(values, list)
+            values.append(label.value)
+    return {k: v for k, v in out.items() if v not in (0, "", [], None)}

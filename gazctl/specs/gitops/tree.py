@@ -10,6 +10,9 @@ values other templates see, or build strings, lists and numbers of unbounded siz
 named exactly once across all files.
 `revision` and `delete` have no place in such a tree: sync reads revisions from the cluster, and
 a journal is deleted by removing it from the tree (`sync --prune`).
+
+A (rendered) file whose top-level mapping has a `shards` key is a shardspace instead: shards and
+shard templates (see `shards`), expanded over the tree's journals once every file is read.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from broker.protocol import pb
 from broker.specs import SpecError, strict
 from broker.specs.strict import At
 from gazctl.specs import journalspace
+from gazctl.specs.gitops import shards as shardfiles
 from gazctl.specs.gitops.errors import TreeError
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -56,6 +60,12 @@ class SpecTree:
     journals: dict[str, DesiredJournal]
     digest: str
     """SHA-1 over the files' relative paths and rendered contents: a saved plan is for this tree only."""
+    shards: dict[str, shardfiles.DesiredShard] = field(default_factory=dict)
+    """Every shard declared (templates expanded), by id (sorted)."""
+    notes: list[str] = field(default_factory=list)
+    """Things worth saying that are not errors (a template matching no journal)."""
+    shard_files: int = 0
+    """How many files are shardspaces."""
 
 
 def spec_files(root: Path, values: Path | None = None) -> list[Path]:
@@ -117,6 +127,7 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
 
     env = _environment(root)
     journals: dict[str, DesiredJournal] = {}
+    shard_files: list[shardfiles.ShardFile] = []
     texts: dict[str, str] = {}  # Rendered text by file label, to locate a duplicate's line.
     digest = hashlib.sha1()
     for path in files:
@@ -126,8 +137,12 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
         if path.name.endswith(TEMPLATE_SUFFIX):
             text = _render(env, relative, path, variables)
             label = f"{path} (rendered)"
-        texts[label] = text
-        declared = _journals_of(text, label)  # Before hashing: the text is valid Unicode once it parses.
+        shard_file = _shard_file(text, label)
+        declared = [] if shard_file is not None else _journals_of(text, label)  # Valid Unicode once parsed.
+        if shard_file is not None:
+            shard_files.append(shard_file)
+        else:
+            texts[label] = text
         digest.update(os.fsencode(relative) + f"\0{len(text)}\0".encode())
         digest.update(text.encode())
         for journal in declared:
@@ -138,7 +153,21 @@ def load_tree(root: Path, values: Path | None = None) -> SpecTree:
                     f"journal {name!r} is also declared at {first.at.file}:{first.at.line}; name each journal once"
                 )
             journals[name] = journal
-    return SpecTree(root, files, dict(sorted(journals.items())), digest.hexdigest())
+    journals = dict(sorted(journals.items()))
+    shards, notes = shardfiles.expand(shard_files, {name: j.spec for name, j in journals.items()})
+    return SpecTree(root, files, journals, digest.hexdigest(), shards, notes, len(shard_files))
+
+
+def _shard_file(text: str, label: str) -> shardfiles.ShardFile | None:
+    """The shardspace of a file that is one (a top-level `shards` key), else None."""
+    if not shardfiles.is_shard_file(text):
+        try:
+            doc, _ = strict.load(text, label, fast=True) if "shards" in text else (None, None)
+        except SpecError:
+            return None  # The journalspace decoder reports it.
+        if not (isinstance(doc, Mapping) and shardfiles.SHARDS_KEY in doc):
+            return None
+    return shardfiles.decode(text, label)
 
 
 def _read(path: Path, what: str = "spec file") -> str:
