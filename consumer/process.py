@@ -6,7 +6,10 @@ one port serving the Shard gRPC API and HTTP (consumer digest 9.2).
   always an existing etcd: a consumer never embeds one), a grpc.aio server on an internal unix
   socket with the Shard service, the `HttpGateway` (`/debug/ready`, `/debug/metrics`) and the
   `OnePortListener` in front of both; then the `ConsumerService` (announce, keyspace, allocator,
-  replicas). `run_until_signalled()` serves until SIGTERM or SIGINT, then `stop()`s: the
+  replicas). An application's optional `init_application(ctx)` (`consumer.app_api.AppContext`)
+  is awaited before the gRPC server starts and the member announces: it registers the
+  application's gRPC servicers and HTTP routes on the same port (Gazette's InitApplication).
+  `run_until_signalled()` serves until SIGTERM or SIGINT, then `stop()`s: the
   service's graceful exit (the member is marked exiting, its shards move to other members,
   replicas drain), then the port closes.
 
@@ -41,6 +44,7 @@ from prometheus_client.registry import Collector
 
 from broker.client import JournalClient
 from broker.gateway import HttpGateway
+from broker.gateway.app_routes import RouteTable
 from broker.keyspace import open_etcd
 from broker.keyspace.etcd import EtcdConnection
 from broker.listener import OnePortListener
@@ -48,6 +52,7 @@ from broker.peers import CHANNEL_OPTIONS
 from broker.server import STOP_GRACE, dump_tasks, grpc_server_options
 from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
+from consumer.app_api import AppContext
 from consumer.application import Application
 from consumer.keyspace import default_root
 from consumer.protocol import pb as cpb
@@ -62,6 +67,10 @@ REQUIRED_METHODS = ("new_store", "new_message", "consume_message", "finalize_txn
 
 class ApplicationLoadError(Exception):
     """`MODULE:ATTR` does not name an application; the message says what is wrong."""
+
+
+class ApplicationInitError(ValueError):
+    """The application's `init_application` failed (or is not a coroutine function)."""
 
 
 def load_application(spec: str) -> Any:
@@ -208,6 +217,9 @@ class ConsumerProcess:
         self.journal_client: JournalClient | None = None
         self.service: ConsumerService | None = None
         self.api: ShardAPI | None = None
+        self.routes = RouteTable()
+        """HTTP routes the application added (served on the port before journal routes)."""
+        self.app_context: AppContext | None = None
         self._stopped = False
 
     @property
@@ -228,7 +240,7 @@ class ConsumerProcess:
         self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
-        self.gateway = HttpGateway(self.gateway_channel, ready=lambda: self.ready)
+        self.gateway = HttpGateway(self.gateway_channel, ready=lambda: self.ready, routes=self.routes)
         self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway)
         await self.listener.start(serve=False)
         cfg.port = self.listener.port
@@ -243,6 +255,7 @@ class ConsumerProcess:
         )
         self.api = ShardAPI(self.service)
         add_shard_service(self.api, self.grpc_server)
+        await self._init_application()
         await self.grpc_server.start()
         await self.service.start()
         _watch_metrics(self.service)
@@ -253,6 +266,26 @@ class ConsumerProcess:
             extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint,
                    "prefix": cfg.etcd_prefix, "broker": self.journal_client.address},
         )
+
+    async def _init_application(self) -> None:
+        """Await the application's optional `init_application(ctx)` (see consumer.app_api)."""
+        assert self.grpc_server is not None and self.service is not None and self.journal_client is not None
+        self.app_context = AppContext(
+            server=self.grpc_server, routes=self.routes, service=self.service,
+            journal_client=self.journal_client, config=self.config,
+        )
+        init = getattr(self.app, "init_application", None)
+        if init is None:
+            return
+        if not inspect.iscoroutinefunction(init):
+            raise ApplicationInitError(
+                f"{type(self.app).__name__}.init_application must be a coroutine function (async def)"
+            )
+        try:
+            await init(self.app_context)
+        except Exception as exc:
+            log.debug("init_application failed", exc_info=True)
+            raise ApplicationInitError(f"init_application failed: {type(exc).__name__}: {exc}") from exc
 
     async def run_until_signalled(self) -> int:
         """Serve until SIGTERM or SIGINT (then stop, and return 0), or until the member's lease is
@@ -312,6 +345,8 @@ class ConsumerProcess:
             await self.grpc_server.stop(grace)
         if self.api is not None:
             await self.api.close()
+        if self.app_context is not None:
+            await self.app_context.close()
         if self.gateway_channel is not None:
             await self.gateway_channel.close()
         if self.journal_client is not None:
@@ -323,6 +358,7 @@ class ConsumerProcess:
 
 __all__ = [
     "REQUIRED_METHODS",
+    "ApplicationInitError",
     "ApplicationLoadError",
     "ConsumerConfig",
     "ConsumerProcess",

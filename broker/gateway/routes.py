@@ -3,24 +3,30 @@
 `/debug/ready` and `/debug/metrics` are answered here; GET and HEAD of a journal go to
 `read`, PUT to `append`; any other method is a 400, as in Gazette. The `Authorization` header,
 passed on as gRPC metadata, must be something the broker's gRPC server takes (see
-`authorization_metadata`).
+`authorization_metadata`). An optional `RouteTable` (`broker.gateway.app_routes`) adds routes of
+the embedding process (a consumer application's), served before the journal routes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
+from http import HTTPStatus
 
 import grpc
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteTable, route_handler
 from broker.gateway.append import serve_append
 from broker.gateway.connection import TEXT_HEADERS, Connection
 from broker.gateway.read import serve_read
-from broker.gateway.request import BadRequest, BadTarget, Metadata, split_target
+from broker.gateway.request import BadRequest, BadTarget, Metadata, parse_query, split_target
 from broker.gateway.responses import EndpointOf
 from broker.protocol import pb_grpc
+
+log = logging.getLogger(__name__)
 
 MAX_AUTHORIZATION_BYTES = 7 << 10
 """Longest `Authorization` value passed on; a longer one is a 431. The broker's gRPC server
@@ -38,15 +44,19 @@ class HttpGateway:
 
     `ready` says whether `/debug/ready` answers 200. `endpoint_of` gives the endpoint of a route
     member, for the `Location` header of routes that carry no endpoints.
+    `routes`, if given, are served before the journal routes (see `broker.gateway.app_routes`);
+    routes may be added to it while the gateway serves.
     An instance is the `http_handler` of OnePortListener.
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None
+        self, channel: grpc.aio.Channel, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
+        routes: RouteTable | None = None,
     ) -> None:
         self._stub = pb_grpc.JournalStub(channel)
         self._ready = ready
         self._endpoint_of = endpoint_of
+        self.routes = routes
         self._connections: set[Connection] = set()
 
     def __call__(self, transport: asyncio.Transport, initial: bytes) -> None:
@@ -94,6 +104,11 @@ class HttpGateway:
         if path == "/debug/metrics":
             await conn.respond(200, [("Content-Type", CONTENT_TYPE_LATEST)], generate_latest())
             return
+        if self.routes is not None:
+            methods = self.routes.methods(path)
+            if methods is not None:
+                await self._serve_route(conn, request, method, path, query, methods)
+                return
 
         if method not in ("GET", "HEAD", "PUT"):
             await conn.error(400, f"unknown method: {method}")
@@ -110,6 +125,56 @@ class HttpGateway:
             await serve_append(self._stub, conn, path, query, metadata, self._endpoint_of)
         else:
             await serve_read(self._stub, conn, method, path, query, metadata, self._endpoint_of)
+
+
+    async def _serve_route(
+        self, conn: Connection, request: h11.Request, method: str, path: str, query: str,
+        methods: dict[str, HttpHandler],
+    ) -> None:
+        """Answer a request of an added route (see `broker.gateway.app_routes`)."""
+        handler = route_handler(methods, method)
+        if handler is None:
+            allow = ", ".join(sorted({*methods, *(["HEAD"] if "GET" in methods else [])}))
+            await conn.error(405, f"method {method} not allowed for {path}", [("Allow", allow)])
+            return
+        try:
+            params = parse_query(query)
+        except BadRequest as err:
+            await conn.error(400, str(err))
+            return
+        assert self.routes is not None
+        limit = self.routes.max_body
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await conn.read_body(min(1 << 20, limit + 1 - size))
+            if chunk is None:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                conn.must_close = True
+                await conn.error(413, f"request body too large (more than {limit} bytes)")
+                return
+        routed = HttpRequest(
+            method=method, path=path, query=params,
+            headers=[(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers],
+            body=b"".join(chunks),
+        )
+        try:
+            response = await handler(routed)
+            if not isinstance(response, HttpResponse):
+                raise TypeError(f"the handler returned {type(response).__name__}, not an HttpResponse")
+            if response.status < 200 or response.status not in HTTPStatus._value2member_map_:
+                raise ValueError(f"the handler returned HTTP status {response.status}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("HTTP route %s %s failed", method, path)
+            await conn.error(500, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            return
+        headers = [(k, v) for k, v in response.headers if k.lower() not in ("content-length", "transfer-encoding")]
+        await conn.respond(response.status, headers, response.body)
 
 
 def authorization_metadata(headers: Sequence[tuple[bytes, bytes]]) -> Metadata:
