@@ -1,0 +1,420 @@
+"""word-count (examples/word_count), Gazette's n-gram counter, and with it the "Building APIs" surface
+(`init_application`: an application's gRPC service and HTTP routes on the consumer's port, and
+requests proxied to the shard's primary), against real parts: the session's etcd, the module's
+`gazette serve` broker, and `gazette consume examples.word_count:counter` processes whose shards
+keep their counts in SQLite stores recorded to recovery logs.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import filecmp
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_tools import protoc
+
+from broker.client import JournalClient
+from consumer.message import PROTO_FIXED_FRAMING, Flags, build_uuid
+from consumer.protocol import pb as cpb
+from consumer.protocol import pb_grpc as cpb_grpc
+from examples.word_count import NGramCount, n_grams, tokenize
+from examples.word_count import word_count_pb2 as wpb
+from examples.word_count import word_count_pb2_grpc as wpb_grpc
+from examples.word_count.counter import ENV_N, ENV_PREFIX
+from examples.word_count.specs import apply, delta_journals, shard_ids
+from gazctl.heads import write_head
+from tests.broker.client.helpers import wait_for_primary
+from tests.harness import ROOT, BrokerProcess, free_port
+
+Code = cpb.ReplicaStatus.Code
+WAIT = 30.0
+PARTITIONS = 4
+TEXT = "How much wood would a wood chuck chuck if a wood chuck could chuck wood?"
+
+
+# -- units ----------------------------------------------------------------------------------------
+
+
+def test_n_grams_are_gazettes() -> None:
+    assert tokenize("How much wood? A wood-chuck, 42 times: Éclair!") == [
+        "how", "much", "wood", "a", "wood", "chuck", "times", "éclair"]
+    assert n_grams("a b", 2) == ["START a", "a b", "b END", "END END"]
+    assert n_grams("", 1) == ["END"]
+    grams = n_grams(TEXT, 2)
+    assert grams.count("wood chuck") == 2 and grams.count("a wood") == 2 and grams[0] == "START how"
+
+
+def test_ngram_count_is_proto_fixed_framed() -> None:
+    u = build_uuid(bytes.fromhex("010203040506"), 160, Flags.OUTSIDE_TXN)
+    msg = NGramCount("wood chuck", 2)
+    msg.set_uuid(u)
+    frame = PROTO_FIXED_FRAMING.marshal(msg)
+    proto = wpb.NGramCount()
+    proto.ParseFromString(frame[8:])
+    assert (proto.uuid, proto.n_gram, proto.count) == (u.bytes, "wood chuck", 2)
+    assert PROTO_FIXED_FRAMING.unmarshal(frame, NGramCount()) == msg
+    assert NGramCount().new_acknowledgement("j") == NGramCount()
+
+
+PROTO = "examples/word_count/word_count.proto"
+GENERATED = ["word_count_pb2.py", "word_count_pb2.pyi", "word_count_pb2_grpc.py"]
+
+
+def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
+    for proto in ("broker/protocol/protocol.proto", PROTO):
+        (tmp_path / proto).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / proto, tmp_path / proto)
+    include = Path(protoc.__file__).parent / "_proto"
+    assert protoc.main([
+        "protoc", f"-I{tmp_path}", f"-I{include}", f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}",
+        f"--mypy_out={tmp_path}", PROTO,
+    ]) == 0
+    stale = [n for n in GENERATED
+             if not filecmp.cmp(tmp_path / "examples/word_count" / n, ROOT / "examples/word_count" / n, shallow=False)]
+    assert not stale, f"regenerate as {PROTO}'s header says: stale {stale}"
+    # The hand-written type stub of the gRPC module names exactly the NGram RPCs.
+    rpcs = {m.name for m in wpb.DESCRIPTOR.services_by_name["NGram"].methods}
+    tree = ast.parse((ROOT / "examples/word_count/word_count_pb2_grpc.pyi").read_text())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    for name in ("NGramServicer", "NGram"):
+        assert {n.name for n in classes[name].body if isinstance(n, ast.FunctionDef)} == rpcs
+
+
+# -- consume processes ----------------------------------------------------------------------------
+
+
+class Member:
+    """`python -m consumer consume examples.word_count:counter` (what `gazette consume` runs)."""
+
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, root: str, prefix: str, name: str) -> None:
+        self.name = name
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_", "WORD_COUNT_"))}
+        env.update({"PYTHONPATH": str(ROOT), ENV_PREFIX: prefix, ENV_N: "2", "TMPDIR": str(tmp)})
+        args = [
+            sys.executable, "-m", "consumer", "consume", "examples.word_count:counter",
+            "--consumer.id", name, "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
+            "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
+            "--etcd.prefix", root, "--etcd.lease", "5", "--consumer.watch-delay", "0.01", "--log.level", "info",
+        ]
+        self.log_path = tmp / f"member-{name}-{self.port}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
+        self.ngram = wpb_grpc.NGramStub(self.channel)
+        self.shards = cpb_grpc.ShardStub(self.channel)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.logs()}")
+
+    async def stop(self, sig: int = signal.SIGTERM) -> int:
+        await self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return await asyncio.to_thread(self.proc.wait, 60.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return await asyncio.to_thread(self.proc.wait)
+
+    def http(self, method: str, path: str, body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(f"{self.url}{path}", data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=WAIT) as resp:
+                return resp.status, dict(resp.headers.items()), resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers.items()), err.read()
+
+
+class WordCount:
+    """word-count's journals and shards under unique names, and its consume processes."""
+
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, etcd_client: Any, root: str,
+                 client: JournalClient) -> None:
+        self.tmp, self.broker, self.etcd, self.etcd_client, self.root = tmp, broker, etcd, etcd_client, root
+        self.client = client
+        self.prefix = f"test/word-count/{uuid.uuid4().hex[:12]}/"
+        self.shards = shard_ids(PARTITIONS, "shard-")
+        self.journals = delta_journals(self.prefix, PARTITIONS)
+        self.members: dict[str, Member] = {}
+
+    async def create(self, **kwargs: Any) -> None:
+        journals, _ = await apply(self.client, self.etcd_client, self.root, self.prefix, partitions=PARTITIONS,
+                                  shard_prefix="shard-", hint_prefix=f"/test-hints/{uuid.uuid4().hex}",
+                                  max_txn_ms=50, **kwargs)
+        for spec in journals:
+            await wait_for_primary(self.client, spec.name)
+
+    async def start(self, *names: str) -> None:
+        started = [Member(self.tmp, self.broker, self.etcd, self.root, self.prefix, n) for n in names]
+        for m in started:
+            self.members[m.name] = m
+        await asyncio.gather(*(asyncio.to_thread(m.wait_ready) for m in started))
+
+    async def stop(self, name: str, sig: int = signal.SIGTERM) -> int:
+        return await self.members.pop(name).stop(sig)
+
+    async def primaries(self, via: Member) -> dict[str, str]:
+        """Shard -> the member serving it as PRIMARY (shards with none left out)."""
+        listed = await via.shards.List(cpb.ListRequest(), timeout=WAIT)
+        out = {}
+        for shard in listed.shards:
+            r = shard.route
+            if 0 <= r.primary < len(r.members) and shard.status[r.primary].code == Code.PRIMARY:
+                out[shard.spec.id] = r.members[r.primary].suffix
+        return out
+
+    async def wait_primaries(self, via: Member, members: set[str]) -> dict[str, str]:
+        """Wait until every shard has a PRIMARY, on exactly `members`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            got = await self.primaries(via)
+            if sorted(got) == self.shards and set(got.values()) == members:
+                return got
+            if loop.time() > deadline:
+                pytest.fail(f"primaries {got}, wanted every shard on {sorted(members)}\n{self.all_logs()}")
+            await asyncio.sleep(0.05)
+
+    async def wait_caught_up(self, via: Member) -> None:
+        """Gazette's consumertest.WaitForShards: Stat each shard through its source's write head."""
+        for shard, journal in zip(self.shards, self.journals, strict=True):
+            head = await write_head(self.client, journal)
+            resp = await via.shards.Stat(cpb.StatRequest(shard=shard, read_through={journal: head}), timeout=WAIT)
+            assert resp.status == cpb.OK, resp
+
+    def all_logs(self) -> str:
+        return "\n".join(f"--- {name}:\n{m.logs()[-5000:]}" for name, m in self.members.items())
+
+    async def close(self) -> None:
+        await asyncio.gather(*(m.stop(signal.SIGKILL) for m in self.members.values()), return_exceptions=True)
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
+    async with JournalClient(broker.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def word_count(
+    tmp_path: Path, broker: BrokerProcess, etcd_endpoint: str, etcd_client: Any, etcd_prefix: str,
+    client: JournalClient,
+) -> AsyncIterator[WordCount]:
+    wc = WordCount(tmp_path, broker, etcd_endpoint, etcd_client, etcd_prefix, client)
+    try:
+        yield wc
+    finally:
+        await wc.close()
+
+
+async def query(member: Member, prefix: str, shard: str = "") -> list[tuple[str, int]]:
+    resp = await member.ngram.Query(wpb.QueryRequest(prefix=prefix, shard=shard), timeout=WAIT)
+    return [(g.n_gram, g.count) for g in resp.grams]
+
+
+async def test_publish_and_query(word_count: WordCount) -> None:
+    """Gazette's TestPublishAndQuery (4 partitions, N=2), served by two `gazette consume` processes:
+    each answers every query, proxying those of the other's shards; the HTTP routes answer too."""
+    wc = word_count
+    await wc.create()
+    await wc.start("wc-a", "wc-b")
+    a, b = wc.members["wc-a"], wc.members["wc-b"]
+    primaries = await wc.wait_primaries(a, {"wc-a", "wc-b"})
+
+    await a.ngram.Publish(wpb.PublishRequest(text=TEXT), timeout=WAIT)
+    await wc.wait_caught_up(a)
+
+    s0, s1 = wc.shards[0], wc.shards[1]
+    cases: list[tuple[str, str, list[tuple[str, int]]]] = [
+        # Point lookups, implicitly resolved to the shard the n-gram maps to.
+        ("START how", "", [("START how", 1)]),
+        ("wood chuck", "", [("wood chuck", 2)]),
+        ("chuck chuck", "", [("chuck chuck", 1)]),
+        ("a wood", "", [("a wood", 2)]),
+        ("wood END", "", [("wood END", 1)]),
+        # Point lookups with an explicit shard.
+        ("START how", s0, []),
+        ("START how", s1, [("START how", 1)]),
+        # Range lookups with an explicit shard.
+        ("wood", s0, [("wood chuck", 2)]),
+        ("wood", s1, [("wood END", 1), ("wood would", 1)]),
+    ]
+    for member in (a, b):  # Whichever member is asked, the shard's primary answers.
+        for prefix, shard, expect in cases:
+            assert await query(member, prefix, shard) == expect, (member.name, prefix, shard)
+    # Every n-gram, once, whichever shard holds it.
+    everything: dict[str, int] = {}
+    for shard in wc.shards:
+        for n_gram, count in await query(b, "", shard):
+            assert n_gram not in everything
+            everything[n_gram] = count
+    expected: dict[str, int] = {}
+    for g in n_grams(TEXT, 2):
+        expected[g] = expected.get(g, 0) + 1
+    assert everything == expected
+
+    # The queries of the other member's shards were proxied: both members serve primaries, and a
+    # proxied request is answered by the primary alone (it is not proxied again).
+    assert set(primaries.values()) == {"wc-a", "wc-b"}
+    remote = next(s for s, m in primaries.items() if m == "wc-b")
+    listed = await a.shards.List(cpb.ListRequest(), timeout=WAIT)
+    proxied = wpb.QueryRequest(prefix="", shard=remote)
+    proxied.header.etcd.CopyFrom(listed.header.etcd)
+    proxied.header.process_id.zone, proxied.header.process_id.suffix = "local", "wc-a"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await a.ngram.Query(proxied, timeout=WAIT)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert refused.value.details() == f"shard {remote}: NOT_SHARD_PRIMARY"
+    proxied.header.process_id.suffix = "wc-b"  # A header naming another process is refused.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await a.ngram.Query(proxied, timeout=WAIT)
+    assert "ProcessId doesn't match our own" in (refused.value.details() or "")
+
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await a.ngram.Query(wpb.QueryRequest(prefix="x", shard="no-such-shard"), timeout=WAIT)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert missing.value.details() == "shard no-such-shard: SHARD_NOT_FOUND"
+
+    # The HTTP routes, on the same port: a publish, then a query proxied (or not) to the primary.
+    status, _, body = await asyncio.to_thread(
+        b.http, "POST", "/word_count/publish", json.dumps({"text": "Wood chuck!"}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert (status, json.loads(body)) == (200, {"published": 4}), body  # START wood, wood chuck, chuck END, END END
+    await wc.wait_caught_up(b)
+    for member in (a, b):
+        status, headers, body = await asyncio.to_thread(member.http, "GET", f"/word_count/query?prefix=wood&shard={s0}")
+        assert status == 200 and headers["Content-Type"] == "application/json", body
+        assert json.loads(body) == {"grams": [{"n_gram": "wood chuck", "count": 3}]}
+    status, _, body = await asyncio.to_thread(a.http, "GET", "/word_count/query?prefix=wood&shard=nope")
+    assert (status, body) == (404, b"shard nope: SHARD_NOT_FOUND\n")
+    status, headers, body = await asyncio.to_thread(a.http, "PUT", "/word_count/query")
+    assert status == 405 and headers["Allow"] == "GET, HEAD", body
+    status, _, body = await asyncio.to_thread(
+        a.http, "POST", "/word_count/publish", b"{", {"Content-Type": "application/json"})
+    assert status == 400 and body.startswith(b'expected a JSON object {"text": "..."}'), body
+    # The consumer's own routes and gRPC service are unchanged.
+    status, _, body = await asyncio.to_thread(a.http, "GET", "/debug/ready")
+    assert (status, body) == (200, b"ok")
+
+    codes = {name: await wc.stop(name) for name in list(wc.members)}
+    assert codes == {"wc-a": 0, "wc-b": 0}
+
+
+async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: WordCount) -> None:
+    """Every member of three is SIGTERMed in turn and replaced while a client keeps querying (through
+    a member that is not restarting) and publishing: no query fails, every count is exact."""
+    wc = word_count
+    await wc.create()
+    await wc.start("roll-a", "roll-b", "roll-c")
+    first = wc.members["roll-a"]
+    await wc.wait_primaries(first, {"roll-a", "roll-b", "roll-c"})
+    await first.ngram.Publish(wpb.PublishRequest(text=TEXT), timeout=WAIT)
+    published = 1
+
+    via: list[Member] = [first]  # The member the client asks, never the one restarting.
+    stop = asyncio.Event()
+    answered = 0
+    failures: list[str] = []
+
+    async def client_loop() -> None:
+        nonlocal answered
+        last: dict[str, int] = {}
+        while not stop.is_set():
+            member = via[0]
+            shard = wc.shards[answered % len(wc.shards)]  # Each shard in turn, wherever its primary is.
+            try:
+                total = sum(count for _, count in await query(member, "", shard))
+            except grpc.aio.AioRpcError as exc:
+                failures.append(f"via {member.name}: {exc.code().name}: {exc.details()}")
+                await asyncio.sleep(0.05)
+                continue
+            if total < last.get(shard, 0):
+                failures.append(f"via {member.name}: the counts of {shard} went from {last[shard]} to {total}")
+            last[shard] = total
+            answered += 1
+            await asyncio.sleep(0.01)
+
+    loop_task = asyncio.ensure_future(client_loop())
+    serial = 0
+    timings: list[str] = []
+    try:
+        for name in ["roll-a", "roll-b", "roll-c"]:
+            serial += 1
+            others = [m for n, m in wc.members.items() if n != name]
+            via[0] = others[0]
+            before = answered
+            while answered < before + 2:  # A query in flight to the member about to stop is answered.
+                await asyncio.sleep(0.01)
+            t0 = time.monotonic()
+            before = answered
+            assert await wc.stop(name) == 0, f"{name} did not exit cleanly"
+            timings.append(f"{name} stopped in {time.monotonic() - t0:.1f}s")
+            replacement = f"{name}-{serial}"
+            t0 = time.monotonic()
+            await wc.start(replacement)
+            await wc.wait_primaries(via[0], set(wc.members))
+            timings.append(f"{replacement} started and serving in {time.monotonic() - t0:.1f}s")
+            await via[0].ngram.Publish(wpb.PublishRequest(text=TEXT), timeout=WAIT)
+            published += 1
+            # Wait until the client was answered since the restart (the loop is alive).
+            deadline = asyncio.get_running_loop().time() + WAIT
+            while answered < before + 5 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+    except BaseException:
+        print(wc.all_logs())
+        raise
+    finally:
+        stop.set()
+        await loop_task
+    print(*timings, sep="\n")
+    assert not failures, failures
+    assert answered > 15
+
+    member = next(iter(wc.members.values()))
+    await wc.wait_caught_up(member)
+    expected: dict[str, int] = {}
+    for g in n_grams(TEXT, 2):
+        expected[g] = expected.get(g, 0) + published
+    everything: dict[str, int] = {}
+    for shard in wc.shards:
+        everything.update(dict(await query(member, "", shard)))
+    assert everything == expected
+    codes = {name: await wc.stop(name) for name in list(wc.members)}
+    assert set(codes.values()) == {0}, codes
