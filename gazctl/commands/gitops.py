@@ -1,9 +1,11 @@
 """`gazctl plan DIR` and `gazctl sync DIR`: reconcile the cluster's journals and shards to a spec repository.
 
 Journals are listed and applied through a broker (`--broker.address`); shards through the Shard
-API of a consumer process (`--consumer.address`, `$CONSUMER_ADDRESS` or `[shards.Consumer]` in
-gazctl.ini, as `gazctl shards` resolves it), asked only when the tree declares shards or a
-consumer address is configured (so that the last shards of a tree can be pruned).
+API of a consumer process of their group: `--consumer.address` (or `$CONSUMER_ADDRESS`, or
+`[shards.Consumer]` in gazctl.ini, as `gazctl shards` resolves it) for shard files that name no
+consumer group, `--consumer NAME=URL` (or `$CONSUMER_ADDRESS_NAME`, upper case with `-` and `.`
+as `_`) for files with `consumer: NAME`. A group is asked when the tree has a shard file of it,
+or its address is given (so that the last shards of a group can be pruned).
 
 Exit codes (both commands):
   0  success: the cluster matches the tree, or sync applied the plan, or a plan was printed
@@ -15,6 +17,8 @@ Exit codes (both commands):
 from __future__ import annotations
 
 import functools
+import os
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +31,7 @@ from broker.client import apply_transactions
 from broker.protocol import pb
 from consumer.protocol import pb as cpb
 from gazctl.commands.common import (
+    GLOBAL_PANEL,
     BrokerAddressOption,
     LogFormatOption,
     LogLevelOption,
@@ -90,6 +95,16 @@ FormatOption = Annotated[
         "--format", "-o", help="Plan output: text for people, or a JSON document for CI", case_sensitive=False
     ),
 ]
+ConsumersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--consumer",
+        help="NAME=URL: a `gazette consume` process of consumer group NAME, for shard files with `consumer: NAME`"
+        " (repeatable) [env: CONSUMER_ADDRESS_<NAME>, upper case, - and . as _]",
+        show_default=False,
+        rich_help_panel=GLOBAL_PANEL,
+    ),
+]
 DetailedExitcodeOption = Annotated[
     bool,
     typer.Option(
@@ -126,6 +141,7 @@ def plan_command(
     ] = None,
     detailed_exitcode: DetailedExitcodeOption = False,
     consumer_address: ConsumerAddressOption = None,
+    consumers: ConsumersOption = None,
     broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -139,7 +155,8 @@ def plan_command(
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
         spec_tree, src = _load(directory, values, owner)
-        plan = _plan(settings, consumer_address, spec_tree, src, prune, max_prune, allow_mass_prune)
+        addresses = Consumers(consumer_address, consumers)
+        plan = _plan(settings, addresses, spec_tree, src, prune, max_prune, allow_mass_prune)
         _print(plan, output)
         if out is not None:
             _save(out, plan)
@@ -177,6 +194,7 @@ def sync_command(
     output: FormatOption = PlanFormat.text,
     detailed_exitcode: DetailedExitcodeOption = False,
     consumer_address: ConsumerAddressOption = None,
+    consumers: ConsumersOption = None,
     broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
@@ -192,24 +210,24 @@ def sync_command(
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
         spec_tree, src = _load(directory, values, owner)
+        addresses = Consumers(consumer_address, consumers)
         if show_status:
             journals = settings.run(sync.cluster_journals)
             _print_status(sync.status(src.owner, journals))
-            if _asks_consumer(spec_tree, consumer_address):
-                shards = shard_client.run(consumer_address, sync.cluster_shards)
-                _print_status(sync.shard_status(src.owner, shards), "shard")
+            for group, shards in _list_shards(addresses, spec_tree).items():
+                _print_status(sync.shard_status(src.owner, shards), "shard", group)
             return
         if saved is not None:
             plan = _load_saved(saved, spec_tree, src)
         else:
-            plan = _plan(settings, consumer_address, spec_tree, src, prune, max_prune, allow_mass_prune)
+            plan = _plan(settings, addresses, spec_tree, src, prune, max_prune, allow_mass_prune)
         _print(plan, output)
         if dry_run or not plan.changes:
             if dry_run and detailed_exitcode and plan.changes:
                 raise typer.Exit(EXIT_CHANGES)
             return
         steps = sync.phases(plan)
-        transactions = sum(apply_transactions(len(changes), max_txn_size) for _, changes in steps)
+        transactions = sum(apply_transactions(len(step.changes), max_txn_size) for step in steps)
         if transactions > 1 and max_txn_size:
             _stderr(f"Applying {len(plan.changes)} changes in {transactions} transactions of at most {max_txn_size};"
                     " a failed transaction leaves the earlier ones applied.")
@@ -223,17 +241,17 @@ def sync_command(
 
         revision = 0
         earlier = 0
-        for kind, changes in steps:
+        for step in steps:
             before = f"; the {earlier} changes of the steps before stay applied" if earlier else ""
-            if kind is Kind.shard:
-                revision = shard_client.run(consumer_address, functools.partial(
-                    sync.apply_shard_changes, changes=changes, max_txn_size=max_txn_size, on_applied=progress,
+            if step.kind is Kind.shard:
+                revision = shard_client.run(addresses.address(step.consumer), functools.partial(
+                    sync.apply_shard_changes, changes=step.changes, max_txn_size=max_txn_size, on_applied=progress,
                     earlier=before))
             else:
                 revision = settings.run(functools.partial(
-                    sync.apply_plan, plan=plan, max_txn_size=max_txn_size, on_applied=progress, changes=changes,
+                    sync.apply_plan, plan=plan, max_txn_size=max_txn_size, on_applied=progress, changes=step.changes,
                     earlier=before))
-            earlier += len(changes)
+            earlier += len(step.changes)
         s = plan.summary()
         commit = f" from commit {plan.commit}" if plan.commit else ""
         _stderr(f"Applied{commit} at etcd revision {revision}: {s['create']} created, {s['update']} updated,"
@@ -247,19 +265,53 @@ def _load(directory: Path, values: Path | None, owner: str | None) -> tuple[tree
     return spec_tree, source.describe(directory, owner)
 
 
-def _asks_consumer(spec_tree: tree.SpecTree, consumer_address: str | None) -> bool:
-    """Whether to list shards: the tree has shards, or a consumer address is configured (not the default)."""
-    return bool(spec_tree.shard_files) or resolve_consumer_address(consumer_address).source != "default"
+class Consumers:
+    """The Shard API addresses of consumer groups: the default group's and named ones (`--consumer NAME=URL`)."""
+
+    def __init__(self, default: str | None, named: list[str] | None) -> None:
+        self.default = default
+        self.named: dict[str, str] = {}
+        for item in named or []:
+            name, sep, url = item.partition("=")
+            if not sep or not name or not url:
+                raise GitOpsError(f"invalid --consumer {item!r}: expected NAME=URL, e.g. stream-sum=http://host:8080")
+            self.named[name] = url
+
+    def address(self, group: str) -> str | None:
+        """The address flag of `group` for `gazctl.commands.shards._client.run` (None: resolve the default's)."""
+        if not group:
+            return self.default
+        if group in self.named:
+            return self.named[group]
+        env = consumer_env(group)
+        if os.environ.get(env):
+            return os.environ[env]
+        raise GitOpsError(f"no address of consumer group {group!r}: pass --consumer {group}=URL or set ${env}")
+
+    def groups(self, spec_tree: tree.SpecTree) -> list[str]:
+        """The groups to list: the tree's, the default one if its address is configured, and those named by flag."""
+        groups = set(spec_tree.shards) | set(self.named)
+        if resolve_consumer_address(self.default).source != "default":
+            groups.add("")
+        return sorted(groups)
+
+
+def consumer_env(group: str) -> str:
+    """`CONSUMER_ADDRESS_STREAM_SUM` for group `stream-sum`."""
+    return "CONSUMER_ADDRESS_" + re.sub(r"[^A-Za-z0-9]", "_", group).upper()
+
+
+def _list_shards(addresses: Consumers, spec_tree: tree.SpecTree) -> dict[str, list[cpb.ListResponse.Shard]]:
+    return {group: shard_client.run(addresses.address(group), sync.cluster_shards)
+            for group in addresses.groups(spec_tree)}
 
 
 def _plan(
-    settings: Settings, consumer_address: str | None, spec_tree: tree.SpecTree, src: source.Source, prune: bool,
+    settings: Settings, addresses: Consumers, spec_tree: tree.SpecTree, src: source.Source, prune: bool,
     max_prune: int, allow: bool,
 ) -> Plan:
     journals: list[pb.ListResponse.Journal] = settings.run(sync.cluster_journals)
-    shards: list[cpb.ListResponse.Shard] | None = None
-    if _asks_consumer(spec_tree, consumer_address):
-        shards = shard_client.run(consumer_address, sync.cluster_shards)
+    shards = _list_shards(addresses, spec_tree)
     return make_plan(spec_tree, src, journals, prune=prune, max_prune=max_prune, allow_mass_prune=allow,
                      shards=shards)
 
@@ -295,8 +347,9 @@ def _save(path: Path, plan: Plan) -> None:
         raise GitOpsError(f"{path}: cannot save the plan: {err.strerror}") from None
 
 
-def _print_status(status: sync.Status, what: str = "journal") -> None:
-    lines = [f"Owner {status.owner}: {status.journals} managed {what}(s)."]
+def _print_status(status: sync.Status, what: str = "journal", group: str = "") -> None:
+    of = f" in consumer group {group}" if group else ""
+    lines = [f"Owner {status.owner}: {status.journals} managed {what}(s){of}."]
     for commit, count, revision in status.commits:
         lines.append(f"  commit {commit}: {count} {what}(s), last written at etcd revision {revision}")
     if status.drifted:

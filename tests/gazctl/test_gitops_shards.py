@@ -1,6 +1,6 @@
 """`gazctl plan` and `gazctl sync` over shard trees beside journal trees, against a real etcd, a real
-`gazette serve` and a real `gazette consume examples.stream_sum:summer` process (whose Shard API
-sync applies shards through)."""
+`gazette serve` and real `gazette consume` processes of the examples (stream-sum's summer and
+word-count's counter, each its own consumer group, whose Shard API sync applies shards through)."""
 
 from __future__ import annotations
 
@@ -22,30 +22,31 @@ from broker.protocol import labels
 from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY
+from gazctl.specs.gitops.tree import load_tree
 from tests.harness import ROOT, BrokerProcess, free_port, run_gazctl
 
 Code = pb.ReplicaStatus.Code
 
 
-class Summer:
-    """`python -m consumer consume examples.stream_sum:summer` (what `gazette consume` runs), its
-    store SQLite files under `tmp`, on a keyspace root of its own."""
+class Consume:
+    """`python -m consumer consume APP` (what `gazette consume` runs), on a keyspace root of its own
+    (its own consumer group), in a working directory under `tmp`."""
 
-    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str) -> None:
+    def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, app: str, **environ: str) -> None:
         self.port = free_port()
-        self.log_path = tmp / "summer.log"
+        self.log_path = tmp / "consume.log"
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_", "STREAM_SUM_"))}
+               if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_", "STREAM_SUM_", "WORD_COUNT_"))}
         env["PYTHONPATH"] = str(ROOT)
-        env["STREAM_SUM_SQLITE_DIR"] = str(tmp / "sums")
+        env.update(environ)
         args = [
-            sys.executable, "-m", "consumer", "consume", "examples.stream_sum:summer",
-            "--consumer.id", "summer", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
+            sys.executable, "-m", "consumer", "consume", app,
+            "--consumer.id", "consume", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
             "--etcd.prefix", f"/test/{uuid.uuid4().hex}", "--etcd.lease", "5", "--consumer.watch-delay", "0.01",
         ]
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
 
     @property
     def url(self) -> str:
@@ -77,9 +78,8 @@ class Summer:
             self._log.close()
 
 
-@pytest.fixture(scope="module")
-def summer(broker: BrokerProcess, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Summer]:
-    proc = Summer(tmp_path_factory.mktemp("summer"), broker, etcd_endpoint)
+def consume(tmp: Path, broker: BrokerProcess, etcd: str, app: str, **environ: str) -> Iterator[Consume]:
+    proc = Consume(tmp, broker, etcd, app, **environ)
     try:
         proc.wait_ready()
         yield proc
@@ -89,9 +89,23 @@ def summer(broker: BrokerProcess, etcd_endpoint: str, tmp_path_factory: pytest.T
         assert "Traceback" not in proc.logs(), proc.logs()[-4000:]
 
 
-def gazctl(broker: BrokerProcess, summer: Summer, *args: str, input: str | None = None
+@pytest.fixture(scope="module")
+def summer(broker: BrokerProcess, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Consume]:
+    """stream-sum's summer: the consumer group of the tests' default group too."""
+    tmp = tmp_path_factory.mktemp("summer")
+    yield from consume(tmp, broker, etcd_endpoint, "examples.stream_sum:summer", STREAM_SUM_SQLITE_DIR=str(tmp))
+
+
+@pytest.fixture(scope="module")
+def counter(broker: BrokerProcess, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Consume]:
+    """word-count's counter."""
+    yield from consume(tmp_path_factory.mktemp("counter"), broker, etcd_endpoint, "examples.word_count:counter")
+
+
+def gazctl(broker: BrokerProcess, summer: Consume | None, *args: str, input: str | None = None
            ) -> subprocess.CompletedProcess[str]:
-    return run_gazctl(broker, *args, input=input, env={"CONSUMER_ADDRESS": summer.url})
+    """gazctl with $CONSUMER_ADDRESS naming `summer` (the default consumer group), if given."""
+    return run_gazctl(broker, *args, input=input, env={"CONSUMER_ADDRESS": summer.url} if summer else {})
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -99,13 +113,13 @@ def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[st
     return done
 
 
-def plan_doc(broker: BrokerProcess, summer: Summer, directory: Path, *args: str) -> dict[str, Any]:
+def plan_doc(broker: BrokerProcess, summer: Consume | None, directory: Path, *args: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(ok(gazctl(broker, summer, "plan", str(directory), "--format", "json",
                                                *args)).stdout)
     return doc
 
 
-def shards(broker: BrokerProcess, summer: Summer, selector: str = "") -> dict[str, pb.ListResponse.Shard]:
+def shards(broker: BrokerProcess, summer: Consume, selector: str = "") -> dict[str, pb.ListResponse.Shard]:
     done = ok(gazctl(broker, summer, "shards", "list", "-l", selector, "--format", "proto"))
     return {s.spec.id: s for s in text_format.Parse(done.stdout, pb.ListResponse()).shards}
 
@@ -124,54 +138,65 @@ def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> st
     return lines[0]
 
 
-def wait_primary(broker: BrokerProcess, summer: Summer, ids: list[str], timeout: float = 30.0) -> None:
+def wait_primary(broker: BrokerProcess, proc: Consume, selector: str, ids: list[str], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        listed = shards(broker, summer, "app=stream-sum-summer")
+        listed = shards(broker, proc, selector)
         primary = sorted(i for i, s in listed.items() if any(st.code == Code.PRIMARY for st in s.status))
         if primary == sorted(ids):
             return
         failed = [i for i, s in listed.items() if any(st.code == Code.FAILED for st in s.status)]
-        assert not failed and time.monotonic() < deadline, (primary, failed, summer.logs()[-3000:])
+        assert not failed and time.monotonic() < deadline, (primary, failed, proc.logs()[-3000:])
         time.sleep(0.1)
 
 
-def set_partitions(specs: Path, chunks: int) -> None:
+def set_value(specs: Path, name: str, value: int) -> None:
     values = specs / "values.yaml"
     text = values.read_text()
-    start = text.index("stream_sum_chunk_partitions:")
+    start = text.index(f"{name}:")
     end = text.index("\n", start)
-    values.write_text(text[:start] + f"stream_sum_chunk_partitions: {chunks}" + text[end:])
+    values.write_text(text[:start] + f"{name}: {value}" + text[end:])
 
 
-def test_example_specs_journals_and_templated_shards(broker: BrokerProcess, summer: Summer, tmp_path: Path) -> None:
-    """specs/ through plan and sync: the journals and the stream-sum summer shards in one sync; the
-    summer then sums streams; a partition added to the tree gets its shard, and removed, prunes both."""
+def test_example_specs_journals_and_templated_shards(
+    broker: BrokerProcess, summer: Consume, counter: Consume, tmp_path: Path
+) -> None:
+    """specs/ through plan and sync: the journals and both examples' shards (each in its consumer
+    group) in one sync; the consumers then run against them; a partition added to the tree gets its
+    shard, and removed, both are pruned (owned ones only)."""
     specs = tmp_path / "specs"
     shutil.copytree(ROOT / "specs", specs)
     summer_ids = [f"stream-sum-summer-part-{i:03}" for i in range(4)]
+    counter_ids = [f"word-count-part-{i:03}" for i in range(4)]
+    groups = ("--owner", "examples", "--consumer", f"stream-sum={summer.url}", "--consumer",
+              f"word-count={counter.url}")
 
-    doc = plan_doc(broker, summer, specs, "--owner", "examples")
-    assert doc["summary_by_kind"]["journals"]["create"] == 28
-    assert doc["summary_by_kind"]["shards"] == {"create": 4, "update": 0, "delete": 0, "drift": 0, "unchanged": 0,
+    doc = plan_doc(broker, None, specs, *groups)
+    assert doc["summary_by_kind"]["journals"]["create"] == 36
+    assert doc["summary_by_kind"]["shards"] == {"create": 8, "update": 0, "delete": 0, "drift": 0, "unchanged": 0,
                                                 "orphaned": 0}
-    assert doc["summary"]["create"] == 32
+    assert doc["summary"]["create"] == 44
     created = [c for c in doc["changes"] if c["kind"] == "shard"]
-    assert [c["shard"] for c in created] == summer_ids
+    assert [(c["consumer"], c["shard"]) for c in created] == [
+        *(("stream-sum", i) for i in summer_ids), *(("word-count", i) for i in counter_ids)]
     assert {"field": "sources", "old": None, "new": ["examples/stream-sum/chunks/part-000"]} in created[0]["fields"]
-    text = ok(gazctl(broker, summer, "plan", str(specs), "--owner", "examples")).stdout
-    assert "+ create shard stream-sum-summer-part-003" in text
-    assert "Plan: journals 28 to create, 0 to update, 0 to delete; 0 unchanged. Shards 4 to create" in text
+    assert {"field": "recovery_log_prefix", "old": None, "new": "examples/word-count/recovery/logs"} in (
+        created[4]["fields"])
+    text = ok(gazctl(broker, None, "plan", str(specs), *groups)).stdout
+    assert "+ create shard stream-sum:stream-sum-summer-part-003" in text
+    assert "+ create shard word-count:word-count-part-000" in text
+    assert "Plan: journals 36 to create, 0 to update, 0 to delete; 0 unchanged. Shards 8 to create" in text
 
-    done = ok(gazctl(broker, summer, "sync", str(specs), "--owner", "examples"))
-    assert "32 created" in done.stderr
-    assert ok(gazctl(broker, summer, "plan", str(specs), "--owner", "examples", "--detailed-exitcode"))
+    done = ok(gazctl(broker, None, "sync", str(specs), *groups))
+    assert "44 created" in done.stderr
+    assert ok(gazctl(broker, None, "plan", str(specs), *groups, "--detailed-exitcode"))
     listed = shards(broker, summer)
     assert sorted(listed) == summer_ids
+    assert sorted(shards(broker, counter)) == counter_ids
     assert [s.journal for s in listed["stream-sum-summer-part-002"].spec.sources] == [
         "examples/stream-sum/chunks/part-002"]
     assert all(labels.value_of(s.spec.labels, MANAGED_BY) == "examples" for s in listed.values())
-    assert len(journals(broker, f"{MANAGED_BY}=examples")) == 28
+    assert len(journals(broker, f"{MANAGED_BY}=examples")) == 36
     assert journals(broker, "app.gazette.dev/message-type=QueryLog, app.gazette.dev/region=us-east-1") == [
         f"examples/query-logs/us-east-1/part-{i:03}" for i in range(8)]
     assert journals(broker, "app.gazette.dev/message-type in (Click, Order), app.gazette.dev/region=us-east-1") == [
@@ -180,25 +205,40 @@ def test_example_specs_journals_and_templated_shards(broker: BrokerProcess, summ
     assert journals(broker, "app.gazette.dev/message-type=stream_sum.Sum") == [
         "examples/stream-sum/sums/part-000", "examples/stream-sum/sums/part-001"]
 
-    # The summer runs against what sync made: a chunker's streams are summed and verified.
-    wait_primary(broker, summer, summer_ids)
+    # The consumers run against what sync made: a chunker's streams are summed and verified, and
+    # word-count's shards recover from their logs and count what is published.
+    wait_primary(broker, summer, "app=stream-sum-summer", summer_ids)
+    wait_primary(broker, counter, "app=word-count-counter", counter_ids)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     chunk = subprocess.run(
         [sys.executable, "-m", "examples.stream_sum", "chunk", "--broker.address", broker.url, "--workers", "1",
          "--streams", "2", "--chunks", "3", "--delay", "20"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env=env,
     )
     assert chunk.returncode == 0, chunk.stderr[-3000:] + summer.logs()[-3000:]
     assert "streams=2 verified=2" in chunk.stdout
+    word_count = [sys.executable, "-m", "examples.word_count"]
+    published = subprocess.run([*word_count, "publish", "--consumer.address", counter.url, "wood chuck wood chuck"],
+                               capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert published.returncode == 0, published.stderr + counter.logs()[-3000:]
+    deadline = time.monotonic() + 20
+    while True:
+        query = subprocess.run([*word_count, "query", "--consumer.address", counter.url, "wood chuck"],
+                               capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        if "2\twood chuck" in query.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert "2\twood chuck" in query.stdout, query.stdout + query.stderr
 
     # A partition more: its journal and its shard, in one sync.
-    set_partitions(specs, 5)
-    doc = plan_doc(broker, summer, specs, "--owner", "examples")
+    set_value(specs, "stream_sum_chunk_partitions", 5)
+    doc = plan_doc(broker, None, specs, *groups)
     assert [(c["kind"], c.get("journal") or c.get("shard"), c["action"]) for c in doc["changes"]] == [
         ("journal", "examples/stream-sum/chunks/part-004", "create"),
         ("shard", "stream-sum-summer-part-004", "create"),
     ]
-    ok(gazctl(broker, summer, "sync", str(specs), "--owner", "examples"))
-    wait_primary(broker, summer, [*summer_ids, "stream-sum-summer-part-004"])
+    ok(gazctl(broker, None, "sync", str(specs), *groups))
+    wait_primary(broker, summer, "app=stream-sum-summer", [*summer_ids, "stream-sum-summer-part-004"])
 
     # A shard nobody manages, made by hand, reading the same partition: prune leaves it alone.
     hand = ("common:\n  max_txn_duration: 1s\n  disable: true\nshards:\n- id: by-hand-part-004\n  sources:\n"
@@ -206,18 +246,23 @@ def test_example_specs_journals_and_templated_shards(broker: BrokerProcess, summ
     ok(gazctl(broker, summer, "shards", "apply", input=hand))
 
     # The partition leaves the tree: kept without --prune, then pruned (shard first, then journal).
-    set_partitions(specs, 4)
-    doc = plan_doc(broker, summer, specs, "--owner", "examples")
+    set_value(specs, "stream_sum_chunk_partitions", 4)
+    doc = plan_doc(broker, None, specs, *groups)
     assert doc["changes"] == [] and doc["orphans"] == ["examples/stream-sum/chunks/part-004"]
-    assert doc["orphan_shards"] == ["stream-sum-summer-part-004"]
-    text = ok(gazctl(broker, summer, "plan", str(specs), "--owner", "examples", "--prune")).stdout
-    assert "- delete shard stream-sum-summer-part-004" in text
+    assert doc["orphan_shards"] == ["stream-sum:stream-sum-summer-part-004"]
+    text = ok(gazctl(broker, None, "plan", str(specs), *groups, "--prune")).stdout
+    assert "- delete shard stream-sum:stream-sum-summer-part-004" in text
     assert "- delete examples/stream-sum/chunks/part-004" in text
-    ok(gazctl(broker, summer, "sync", str(specs), "--owner", "examples", "--prune"))
+    ok(gazctl(broker, None, "sync", str(specs), *groups, "--prune"))
     assert sorted(shards(broker, summer)) == ["by-hand-part-004", *summer_ids]
     assert "examples/stream-sum/chunks/part-004" not in journals(broker, "prefix=examples/stream-sum/")
-    assert plan_doc(broker, summer, specs, "--owner", "examples", "--prune")["changes"] == []
+    assert plan_doc(broker, None, specs, *groups, "--prune")["changes"] == []
     ok(gazctl(broker, summer, "shards", "apply", input=hand.replace("- id:", "- delete: true\n  revision: -1\n  id:")))
+
+    # Every group of the tree needs an address.
+    missing = gazctl(broker, None, "plan", str(specs), "--owner", "examples", "--consumer", f"stream-sum={summer.url}")
+    one_line_error(missing, "no address of consumer group 'word-count': pass --consumer word-count=URL or set"
+                            " $CONSUMER_ADDRESS_WORD_COUNT")
 
 
 TREE_JOURNALS = """\
@@ -262,7 +307,7 @@ def write_tree(tree: Path, topic: str, **files: str) -> None:
 
 
 def test_unknown_source_journal_fails_before_anything_is_written(
-    broker: BrokerProcess, summer: Summer, tmp_path: Path
+    broker: BrokerProcess, summer: Consume, tmp_path: Path
 ) -> None:
     tree = tmp_path / "specs"
     write_tree(tree, "unknown-src", **{"more.yaml": (
@@ -299,7 +344,7 @@ def test_unknown_source_journal_fails_before_anything_is_written(
                    " shard 'logged-shard'")
 
 
-def test_shard_drift_status_ownership_and_saved_plans(broker: BrokerProcess, summer: Summer, tmp_path: Path) -> None:
+def test_shard_drift_status_ownership_and_saved_plans(broker: BrokerProcess, summer: Consume, tmp_path: Path) -> None:
     tree = tmp_path / "specs"
     write_tree(tree, "drift")
     ok(gazctl(broker, summer, "sync", str(tree), "--owner", "drift-repo"))
@@ -387,6 +432,8 @@ SHARD = "common:\n  max_txn_duration: 1s\nshards:\n"
          "t.yaml.j2 (rendered):4:7: shards[0].id: shard 'one-shard' is also declared at"),
         ({"s.yaml": "{shards: [{id: bad shard, max_txn_duration: 1s}]}\n"},
          "s.yaml:1:16: shards[0].id: invalid spec of shard 'bad shard'"),
+        ({"s.yaml": "consumer: bad group\n" + SHARD + "- id: one-shard\n"},
+         "s.yaml:1:11: consumer: invalid consumer name 'bad group'"),
     ],
 )
 def test_invalid_shard_trees_fail_before_reaching_the_cluster(
@@ -402,3 +449,17 @@ def test_invalid_shard_trees_fail_before_reaching_the_cluster(
                       "--consumer.address", "http://127.0.0.1:1", cwd=tmp_path)
     line = one_line_error(done, expected)
     assert "UNAVAILABLE" not in line
+
+
+def test_shard_ids_are_unique_per_consumer_group(tmp_path: Path) -> None:
+    tree = tmp_path / "specs"
+    tree.mkdir()
+    (tree / "j.yaml").write_text(TREE_JOURNALS.format(prefix="grp/", topic="grp"))
+    (tree / "a.yaml").write_text(SHARD + "- id: shard-{base}\n  for_each_journal: topic=grp\n")
+    (tree / "b.yaml").write_text("consumer: other\n" + SHARD + "- id: shard-{base}\n  for_each_journal: topic=grp\n")
+    (tree / "c.yaml").write_text("consumer: empty\nshards: []\n")
+    loaded = load_tree(tree)
+    assert {group: sorted(s) for group, s in loaded.shards.items()} == {
+        "": ["shard-part-000", "shard-part-001"], "empty": [], "other": ["shard-part-000", "shard-part-001"]}
+    assert loaded.shards["other"]["shard-part-001"].display == "other:shard-part-001"
+    assert [s.journal for s in loaded.shards["other"]["shard-part-001"].spec.sources] == ["grp/part-001"]

@@ -27,7 +27,7 @@ from broker.protocol import labels, pb
 from broker.specs.durations import format_duration, from_proto
 from consumer.protocol import pb as cpb
 from gazctl.specs.gitops.errors import GitOpsError, OwnershipError, PruneRefused
-from gazctl.specs.gitops.shards import needed_journals
+from gazctl.specs.gitops.shards import DesiredShard, display_name, needed_journals
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1, Source
 from gazctl.specs.gitops.tree import SpecTree
 
@@ -82,6 +82,13 @@ class Change:
     adopt: bool = False
     """It exists without an owner: sync takes it over."""
     kind: Kind = Kind.journal
+    consumer: str = ""
+    """A shard's consumer group ("" for the default one)."""
+
+    @property
+    def display(self) -> str:
+        """The name to show: a journal's name, a shard's id (`NAME:id` in a named consumer group)."""
+        return display_name(self.consumer, self.name)
 
     @property
     def journal(self) -> str:
@@ -121,7 +128,8 @@ class Plan:
     """Whether shards were planned (the tree has shards, or a consumer was asked for the owner's)."""
     unchanged_shards: int = 0
     orphan_shards: list[str] = field(default_factory=list)
-    """Shards of the owner that left the tree, not deleted because prune was off."""
+    """Shards of the owner that left the tree (`NAME:id` in a named consumer group), not deleted
+    because prune was off."""
 
     def count(self, action: Action, kind: Kind | None = None) -> int:
         return sum(1 for c in self.changes if c.action is action and (kind is None or c.kind is kind))
@@ -165,10 +173,11 @@ def make_plan(
     prune: bool = False,
     max_prune: int = DEFAULT_MAX_PRUNE,
     allow_mass_prune: bool = False,
-    shards: Iterable[cpb.ListResponse.Shard] | None = None,
+    shards: Mapping[str, Iterable[cpb.ListResponse.Shard]] | None = None,
 ) -> Plan:
     """Compare `tree` with the `cluster`'s journals (a listing of at least the tree's and the owner's)
-    and, unless `shards` is None, with the consumer's shards (a listing of every shard).
+    and with `shards`, the listing of every shard of each consumer group asked (by group name,
+    "" for the default group), which must include every group of the tree.
 
     A shard whose source or recovery-log journal is neither in the tree nor in the cluster (or is
     pruned by this plan) is an error naming the shard's file, line and field.
@@ -193,61 +202,70 @@ def make_plan(
             fields = [FieldChange(k, v, None) for k, v in spec_fields(journal.spec).items()]
             plan.changes.append(Change(name, Action.delete, journal.mod_revision, fields))
 
-    if shards is not None or tree.shards:
-        if shards is None:
-            raise GitOpsError("the tree declares shards, but no consumer was asked for the cluster's shards")
+    shards = shards or {}
+    missing = sorted(set(tree.shards) - set(shards))
+    if missing:
+        raise GitOpsError(f"the tree declares shards of consumer group(s) {missing}, which were not listed")
+    if shards:
         plan.shards = True
         deleted = set(gone) if prune else set()
         _require_journals(tree, (set(current) - deleted) | set(tree.journals))
-        _plan_shards(plan, tree, source, shards, prune, max_prune, allow_mass_prune)
-    plan.changes.sort(key=lambda c: (c.kind is Kind.shard, c.name))
+        for consumer, listed in sorted(shards.items()):
+            _plan_shards(plan, tree.shards.get(consumer, {}), consumer, source, listed, prune, max_prune,
+                         allow_mass_prune)
+    plan.changes.sort(key=lambda c: (c.kind is Kind.shard, c.consumer, c.name))
     return plan
 
 
 def _require_journals(tree: SpecTree, available: set[str]) -> None:
-    for shard in tree.shards.values():
+    for shard in tree.all_shards():
         for journal, key in needed_journals(shard.spec):
             if journal not in available:
                 what = "recovery log" if key == "recovery_log_prefix" else "source journal"
                 raise shard.error(
-                    f"the {what} {journal!r} of shard {shard.spec.id!r} is neither in the tree nor in the cluster"
+                    f"the {what} {journal!r} of shard {shard.display!r} is neither in the tree nor in the cluster"
                     " (or this sync prunes it): declare it in the tree", key)
 
 
 def _plan_shards(
-    plan: Plan, tree: SpecTree, source: Source, shards: Iterable[cpb.ListResponse.Shard], prune: bool,
-    max_prune: int, allow_mass_prune: bool,
+    plan: Plan, desired_shards: Mapping[str, DesiredShard], consumer: str, source: Source,
+    shards: Iterable[cpb.ListResponse.Shard], prune: bool, max_prune: int, allow_mass_prune: bool,
 ) -> None:
+    """Plan the shards of one consumer group."""
     current = {s.spec.id: s for s in shards}
-    for shard_id, desired in tree.shards.items():
-        change = _compare_shard(desired.spec, current.get(shard_id), source)
+    for shard_id, desired in desired_shards.items():
+        change = _compare_shard(desired.spec, current.get(shard_id), source, consumer)
         if change is None:
             plan.unchanged_shards += 1
         else:
             plan.changes.append(change)
     owned = [s for s in current.values() if labels.value_of(s.spec.labels, MANAGED_BY) == source.owner]
-    gone = sorted(s.spec.id for s in owned if s.spec.id not in tree.shards)
+    gone = sorted(s.spec.id for s in owned if s.spec.id not in desired_shards)
     if not prune:
-        plan.orphan_shards = gone
+        plan.orphan_shards += [display_name(consumer, shard_id) for shard_id in gone]
     elif gone:
-        _guard_prune(len(gone), len(owned), max_prune, allow_mass_prune, source.owner, "shards")
+        group = f" in consumer group {consumer}" if consumer else ""
+        _guard_prune(len(gone), len(owned), max_prune, allow_mass_prune, source.owner, "shards", group)
         for shard_id in gone:
             shard = current[shard_id]
             fields = [FieldChange(k, v, None) for k, v in shard_fields(shard.spec).items()]
-            plan.changes.append(Change(shard_id, Action.delete, shard.mod_revision, fields, kind=Kind.shard))
+            plan.changes.append(Change(shard_id, Action.delete, shard.mod_revision, fields, kind=Kind.shard,
+                                       consumer=consumer))
 
 
-def _guard_prune(count: int, owned: int, max_prune: int, allow: bool, owner: str, what: str = "journals") -> None:
+def _guard_prune(
+    count: int, owned: int, max_prune: int, allow: bool, owner: str, what: str = "journals", where: str = ""
+) -> None:
     if allow:
         return
     if count == owned:
         raise PruneRefused(
-            f"prune would delete every {what[:-1]} managed by {owner} ({count}): is the spec directory right?"
+            f"prune would delete every {what[:-1]} managed by {owner}{where} ({count}): is the spec directory right?"
             " Pass --allow-mass-prune if that is intended"
         )
     if count > max_prune:
         raise PruneRefused(
-            f"prune would delete {count} {what} managed by {owner}, more than --max-prune {max_prune};"
+            f"prune would delete {count} {what} managed by {owner}{where}, more than --max-prune {max_prune};"
             " raise --max-prune or pass --allow-mass-prune if that is intended"
         )
 
@@ -345,7 +363,9 @@ def _duration(d: Any) -> str:
 # Shards.
 
 
-def _compare_shard(desired: cpb.ShardSpec, shard: cpb.ListResponse.Shard | None, source: Source) -> Change | None:
+def _compare_shard(
+    desired: cpb.ShardSpec, shard: cpb.ListResponse.Shard | None, source: Source, consumer: str
+) -> Change | None:
     wanted = cpb.ShardSpec()
     wanted.CopyFrom(desired)
     wanted.labels.CopyFrom(labels.set_value(wanted.labels, MANAGED_BY, source.owner))
@@ -361,11 +381,11 @@ def _compare_shard(desired: cpb.ShardSpec, shard: cpb.ListResponse.Shard | None,
 
     if shard is None:
         fields = [FieldChange(k, None, v) for k, v in shard_fields(wanted).items()]
-        return Change(desired.id, Action.create, 0, fields, upsert(), kind=Kind.shard)
+        return Change(desired.id, Action.create, 0, fields, upsert(), kind=Kind.shard, consumer=consumer)
     owner = labels.value_of(shard.spec.labels, MANAGED_BY)
     if owner is not None and owner != source.owner:
         raise OwnershipError(
-            f"shard {desired.id!r} is managed by {owner!r}, not by {source.owner!r}: "
+            f"shard {display_name(consumer, desired.id)!r} is managed by {owner!r}, not by {source.owner!r}: "
             "remove it from this tree, or remove its label there first"
         )
     current_sha1 = shard_sha1(shard.spec)
@@ -375,7 +395,7 @@ def _compare_shard(desired: cpb.ShardSpec, shard: cpb.ListResponse.Shard | None,
     return Change(
         desired.id, Action.update, shard.mod_revision, diff_fields(shard_fields(shard.spec), shard_fields(wanted)),
         upsert(), drift=owner is not None and recorded is not None and recorded != current_sha1,
-        adopt=owner is None, kind=Kind.shard,
+        adopt=owner is None, kind=Kind.shard, consumer=consumer,
     )
 
 

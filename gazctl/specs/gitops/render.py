@@ -3,7 +3,8 @@ document for CI.
 
 The JSON document (`format_version` 1) carries everything sync needs to apply the plan later
 (`sync --plan FILE`): each change's kind (`journal` or `shard`), spec and the revision guarding
-it, and the tree's digest. A journal's change names it under `journal`, a shard's under `shard`;
+it, and the tree's digest. A journal's change names it under `journal`, a shard's under `shard`
+(and its consumer group under `consumer`, when the shard file names one);
 `summary` counts both kinds, `summary_by_kind` each (when shards were planned).
 """
 
@@ -66,7 +67,7 @@ def to_text(plan: Plan, *, markup: bool = True) -> str:
         elif change.adopt:
             note = " (exists without an owner: sync adopts it)"
         what = "shard " if change.kind is Kind.shard else ""
-        heading = f"{_SIGNS[change.action]} {change.action.value} {what}{esc(change.name)}"
+        heading = f"{_SIGNS[change.action]} {change.action.value} {what}{esc(change.display)}"
         lines.append(styled(_COLORS[change.action], heading) + note)
         lines.extend(f"    {esc(f.field)}: {esc(_show(f, change.action))}" for f in change.fields)
     for name in plan.orphans:
@@ -114,6 +115,7 @@ def to_document(plan: Plan) -> dict[str, Any]:
         {
             "kind": c.kind.value,
             c.kind.value: c.name,
+            **({"consumer": c.consumer} if c.consumer else {}),
             "action": c.action.value,
             "expect_mod_revision": c.expect_mod_revision,
             "drift": c.drift,
@@ -150,7 +152,8 @@ def from_json(text: str, source: str) -> Plan:
             spec = json_format.ParseDict(c["spec"], message) if c["spec"] is not None else None
             fields = [FieldChange(f["field"], f["old"], f["new"]) for f in c["fields"]]
             plan.changes.append(Change(c[kind.value], Action(c["action"]), int(c["expect_mod_revision"]), fields,
-                                       spec, drift=bool(c["drift"]), adopt=bool(c["adopt"]), kind=kind))
+                                       spec, drift=bool(c["drift"]), adopt=bool(c["adopt"]), kind=kind,
+                                       consumer=str(c.get("consumer", ""))))
     except (ValueError, KeyError, TypeError, json_format.ParseError) as err:
         raise GitOpsError(f"{source}: not a plan saved by `gazctl plan --out`: {err}") from None
     return plan

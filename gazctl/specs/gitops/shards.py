@@ -12,7 +12,10 @@ In a spec repository an item of `shards` is either
   label NAME). Without `sources`, the shard reads the matched journal.
 
 Each shard inherits the fields of the file's `common` it leaves unset (labels merge by name), as
-`shards apply` pushes them down. No `revision` or `delete`: sync reads revisions from the
+`shards apply` pushes them down. A file may name the consumer group its shards belong to
+(`consumer: NAME`, whose Shard API address `--consumer NAME=URL` or `$CONSUMER_ADDRESS_NAME`
+gives); shards of files that name none belong to the group of `--consumer.address`. A shard id
+is unique within its group. No `revision` or `delete`: sync reads revisions from the
 consumer, and deletes a shard once it leaves the tree (`sync --prune`).
 
 Templates match the journals the *tree* declares (never the cluster's), so a partition added to
@@ -38,7 +41,11 @@ from gazctl.specs import shardspace
 
 SHARDS_KEY = "shards"
 FOR_EACH = "for_each_journal"
-FILE_FIELDS = ("common", SHARDS_KEY)
+CONSUMER_KEY = "consumer"
+FILE_FIELDS = (CONSUMER_KEY, "common", SHARDS_KEY)
+DEFAULT_CONSUMER = ""
+"""The consumer group of files that name none: the one of `--consumer.address`."""
+_CONSUMER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 ITEM_FIELDS = (*shardspace.SHARD_FIELDS, FOR_EACH)
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _SHARDS_LINE = re.compile(r"""^["']?shards["']?[ \t]*:""", re.M)
@@ -89,6 +96,8 @@ class ShardFile:
     text: str
     common: cpb.ShardSpec
     items: list[Item]
+    consumer: str = DEFAULT_CONSUMER
+    """The consumer group the file's shards belong to (its `consumer` key), "" for the default one."""
     _positions: dict[int, tuple[At, dict[str, At]]] | None = field(default=None, repr=False)
 
     def at(self, index: int, key: str = "id") -> At:
@@ -109,6 +118,15 @@ class DesiredShard:
     index: int
     journal: str | None = None
     """The journal a template made this shard for (None for a shard named in the file)."""
+
+    @property
+    def consumer(self) -> str:
+        return self.file.consumer
+
+    @property
+    def display(self) -> str:
+        """The shard's id, after `NAME:` for a named consumer group."""
+        return display_name(self.file.consumer, self.spec.id)
 
     def at(self, key: str = "id") -> At:
         return self.file.at(self.index, key)
@@ -135,6 +153,13 @@ def _decode(
     if doc is None:
         raise at.error("empty document (expected a shardspace with `common` and `shards`)")
     fields = strict.mapping(doc, at, FILE_FIELDS)
+    consumer = DEFAULT_CONSUMER
+    if CONSUMER_KEY in fields:
+        consumer = strict.string(*fields[CONSUMER_KEY])
+        if not _CONSUMER_NAME.fullmatch(consumer):
+            raise fields[CONSUMER_KEY][1].error(
+                f"invalid consumer name {consumer!r}: 1 to 63 letters, digits and -_. (it names the consumer group"
+                " whose address `--consumer NAME=URL` gives)")
     common = cpb.ShardSpec()
     if "common" in fields:
         value, where = fields["common"]
@@ -166,7 +191,7 @@ def _decode(
                             f"placeholders such as {{journal}} are for templates: add `{FOR_EACH}: SELECTOR`"
                         )
             items.append(Item(index, spec, selector, frozenset(item)))
-    return ShardFile(label, text, common, items)
+    return ShardFile(label, text, common, items, consumer)
 
 
 def _selector(value: Any, at: At) -> pb.LabelSelector:
@@ -187,15 +212,24 @@ def _placeholders(spec: cpb.ShardSpec, key: str) -> bool:
     return any("{" in label.value for label in spec.labels.labels)
 
 
-def expand(files: list[ShardFile], journals: Mapping[str, pb.JournalSpec]) -> tuple[dict[str, DesiredShard], list[str]]:
-    """Every shard of `files`, templates expanded over `journals`, each validated and named once.
+def display_name(consumer: str, shard_id: str) -> str:
+    """`id`, or `NAME:id` in a named consumer group (`:` is in neither a shard id nor a group name)."""
+    return f"{consumer}:{shard_id}" if consumer else shard_id
 
-    Returns the shards by id (sorted) and notes (templates that matched no journal).
+
+def expand(
+    files: list[ShardFile], journals: Mapping[str, pb.JournalSpec]
+) -> tuple[dict[str, dict[str, DesiredShard]], list[str]]:
+    """Every shard of `files`, templates expanded over `journals`, each validated and named once in
+    its consumer group.
+
+    Returns the shards by consumer group and id (sorted) and notes (templates that matched no journal).
     """
-    shards: dict[str, DesiredShard] = {}
+    groups: dict[str, dict[str, DesiredShard]] = {}
     notes: list[str] = []
     label_sets: dict[str, pb.LabelSet] | None = None
     for file in files:
+        groups.setdefault(file.consumer, {})  # A group of no shards is still asked (its owned shards are pruned).
         for item in file.items:
             if item.selector is None:
                 made = [DesiredShard(_flat(item.spec, file.common), file, item.index)]
@@ -209,6 +243,7 @@ def expand(files: list[ShardFile], journals: Mapping[str, pb.JournalSpec]) -> tu
                                  f"{format_selector(item.selector)!r} matches no journal of the tree")
                 made = [DesiredShard(_flat(_instance(item, file, journals[name]), file.common), file, item.index, name)
                         for name in matched]
+            shards = groups.setdefault(file.consumer, {})
             for shard in made:
                 _validate(shard)
                 first = shards.get(shard.spec.id)
@@ -217,7 +252,7 @@ def expand(files: list[ShardFile], journals: Mapping[str, pb.JournalSpec]) -> tu
                         f"shard {shard.spec.id!r}{_made(shard)} is also declared at {first.where()}{_made(first)};"
                         " name each shard once")
                 shards[shard.spec.id] = shard
-    return dict(sorted(shards.items())), notes
+    return {name: dict(sorted(shards.items())) for name, shards in sorted(groups.items())}, notes
 
 
 def _made(shard: DesiredShard) -> str:

@@ -7,9 +7,9 @@ is guarded the same way, but a failed batch leaves the earlier ones applied.
 
 A plan with shard changes is applied in three steps (`phases`), so that no shard ever reads a
 journal that does not exist: journals created or updated (through a broker), then shards
-created, updated or deleted (through a consumer's Shard API, one transaction guarded the same
-way), then journals deleted. A step that fails leaves the steps before it applied; planning
-again and syncing finishes the work.
+created, updated or deleted (through a consumer's Shard API, one transaction per consumer group,
+guarded the same way), then journals deleted. A step that fails leaves the steps before it
+applied; planning again and syncing finishes the work.
 """
 
 from __future__ import annotations
@@ -43,17 +43,28 @@ async def cluster_shards(client: ShardClient) -> list[cpb.ListResponse.Shard]:
     return list((await client.list(pb.LabelSelector())).shards)
 
 
-def phases(plan: Plan) -> list[tuple[Kind, list[Change]]]:
+@dataclass(frozen=True)
+class Step:
+    """Changes applied together: journals (through a broker), or shards of one consumer group."""
+
+    kind: Kind
+    changes: list[Change]
+    consumer: str = ""
+
+
+def phases(plan: Plan) -> list[Step]:
     """The plan's changes in the order they are applied (see the module docstring); empty steps left out."""
     journals = plan.of(Kind.journal)
+    shards = plan.of(Kind.shard)
+    if not shards:
+        return [Step(Kind.journal, journals)] if journals else []  # One transaction, as always.
+    groups = sorted({c.consumer for c in shards})
     steps = [
-        (Kind.journal, [c for c in journals if c.action is not Action.delete]),
-        (Kind.shard, plan.of(Kind.shard)),
-        (Kind.journal, [c for c in journals if c.action is Action.delete]),
+        Step(Kind.journal, [c for c in journals if c.action is not Action.delete]),
+        *(Step(Kind.shard, [c for c in shards if c.consumer == g], g) for g in groups),
+        Step(Kind.journal, [c for c in journals if c.action is Action.delete]),
     ]
-    if not plan.of(Kind.shard):
-        steps = [(Kind.journal, journals)]  # One transaction, as a journals-only sync always was.
-    return [(kind, changes) for kind, changes in steps if changes]
+    return [step for step in steps if step.changes]
 
 
 async def apply_shard_changes(

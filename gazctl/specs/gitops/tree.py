@@ -60,12 +60,15 @@ class SpecTree:
     journals: dict[str, DesiredJournal]
     digest: str
     """SHA-1 over the files' relative paths and rendered contents: a saved plan is for this tree only."""
-    shards: dict[str, shardfiles.DesiredShard] = field(default_factory=dict)
-    """Every shard declared (templates expanded), by id (sorted)."""
+    shards: dict[str, dict[str, shardfiles.DesiredShard]] = field(default_factory=dict)
+    """Every shard declared (templates expanded), by consumer group ("" for the default one) and id (sorted)."""
     notes: list[str] = field(default_factory=list)
     """Things worth saying that are not errors (a template matching no journal)."""
     shard_files: int = 0
     """How many files are shardspaces."""
+
+    def all_shards(self) -> list[shardfiles.DesiredShard]:
+        return [shard for group in self.shards.values() for shard in group.values()]
 
 
 def spec_files(root: Path, values: Path | None = None) -> list[Path]:
