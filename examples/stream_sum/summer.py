@@ -1,13 +1,24 @@
 """The Summer: a consumer application folding each stream's chunks into a running CRC-64 sum.
 
-Each shard reads one chunk partition (see `specs.shard_specs`) read-committed. Its store is a
-`SQLStore` (`SumStore`): a SQLite file per shard by default, or one PostgreSQL database for all
-shards when a DSN is configured, holding the checkpoint table and::
+Each shard reads one chunk partition (see `specs.shard_specs`) read-committed. Its store is
+chosen by the shard's `store` label, as Gazette's summer chooses RocksDB or SQLite:
 
-    stream_sums (stream_id TEXT PRIMARY KEY, seq_no INTEGER, value BIGINT)
+- no label (or `store: sql`): a `SQLStore` (`SumStore`): a SQLite file per shard by default, or
+  one PostgreSQL database for all shards when a DSN is configured, holding the checkpoint table
+  and::
 
-`value` is the running CRC-64, stored as a signed 64-bit integer (both databases' integers
-are signed; `to_signed` / `to_unsigned` convert).
+      stream_sums (stream_id TEXT PRIMARY KEY, seq_no INTEGER, value BIGINT)
+
+- `store: sqlite`: a `SQLiteStore` on the shard's local disk, recorded to its recovery log
+  (`RecordedSumStore`), with the same `stream_sums` table;
+- `store: json`: a `JSONFileStore` recorded to the recovery log (`JSONSumStore`), whose state
+  maps each open stream's ID to `[seq_no, value]`.
+
+The recorded stores need the shard's spec to name a `recovery_log_prefix` (`specs.shard_specs`
+does when given store labels); another label value fails the shard, naming it.
+
+`value` is the running CRC-64, stored as a signed 64-bit integer in the SQL tables (both
+databases' integers are signed; `to_signed` / `to_unsigned` convert), unsigned in JSON.
 
 For each chunk (ACKs are skipped) the summer takes the stream's state from the store's cache,
 or else from the table (a missing row is a new stream: SeqNo 0, sum 0), and requires the chunk's
@@ -51,10 +62,10 @@ from broker.protocol import pb
 from consumer.message import Envelope, Flags, Publisher, get_flags, modulo_mapping
 from consumer.message.mapping import MappingFunc
 from consumer.shard import Shard
-from consumer.stores import SQLStore, create_checkpoint_table
+from consumer.stores import JSONFileStore, SQLiteStore, SQLStore, create_checkpoint_table
 from examples.stream_sum import crc64
 from examples.stream_sum.messages import SUM_MESSAGE_TYPE, Chunk, Sum, stream_key
-from examples.stream_sum.specs import DEFAULT_PREFIX, partitions_selector
+from examples.stream_sum.specs import DEFAULT_PREFIX, STORE_LABEL, partitions_selector
 
 LIST_RETRY_SECONDS = 60.0
 """How long a new store retries listing the sum journals while brokers are unreachable."""
@@ -67,6 +78,8 @@ ENV_PREFIX: Final = "STREAM_SUM_PREFIX"
 DEFAULT_SQLITE_DIR: Final = "stream-sum-data"
 MAX_TOMBSTONES: Final = 100_000
 """Finished streams remembered per store (a chunk of one is out of sequence)."""
+
+STORE_KINDS: Final = ("sql", "sqlite", "json")
 
 SUMS_TABLE_SQL: Final = (
     "CREATE TABLE IF NOT EXISTS stream_sums ("
@@ -118,6 +131,14 @@ class SumCache:
                 self.streams.pop(old, None)
 
 
+_UPSERT_SQL: Final = (
+    "INSERT INTO stream_sums (stream_id, seq_no, value) VALUES (?, ?, ?) "
+    "ON CONFLICT (stream_id) DO UPDATE SET seq_no = excluded.seq_no, value = excluded.value"
+)
+_SELECT_SQL: Final = "SELECT seq_no, value FROM stream_sums WHERE stream_id = ?"
+_DELETE_SQL: Final = "DELETE FROM stream_sums WHERE stream_id = ?"
+
+
 class SumStore(SQLStore):
     """A SQLStore with the summer's cache, cleared whenever the checkpoint is restored."""
 
@@ -132,6 +153,97 @@ class SumStore(SQLStore):
 
     def sql(self, text: str) -> str:
         return text.replace("?", self.placeholder)
+
+    async def load(self, stream: str) -> tuple[int, int] | None:
+        """The stored (seq_no, sum) of an open stream, or None."""
+        rows = (await self.execute(self.sql(_SELECT_SQL), (stream,))).rows
+        return (int(rows[0][0]), to_unsigned(int(rows[0][1]))) if rows else None
+
+    async def write(self, upserts: list[tuple[str, int, int]], deletes: list[str]) -> None:
+        """Store the (stream, seq_no, sum) of `upserts` and remove the finished `deletes`."""
+        if upserts:
+            await self.executemany(self.sql(_UPSERT_SQL), [(i, n, to_signed(v)) for i, n, v in upserts])
+        if deletes:
+            await self.executemany(self.sql(_DELETE_SQL), [(i,) for i in deletes])
+
+
+class RecordedSumStore:
+    """The sums in a `SQLiteStore` recorded to the shard's recovery log (`store: sqlite`)."""
+
+    def __init__(self, sqlite: SQLiteStore) -> None:
+        self.sqlite = sqlite
+        self.cache: SumCache = SumCache()
+
+    @classmethod
+    async def open(cls, recorder: Any) -> RecordedSumStore:
+        sqlite = await SQLiteStore.open(recorder)
+        sqlite.execute(SUMS_TABLE_SQL)
+        return cls(sqlite)
+
+    async def restore_checkpoint(self, shard: Shard) -> Any:
+        self.cache.clear()
+        return await self.sqlite.restore_checkpoint(shard)
+
+    def start_commit(self, shard: Shard, checkpoint: Any, wait_for: Any) -> Any:
+        return self.sqlite.start_commit(shard, checkpoint, wait_for)
+
+    async def destroy(self) -> None:
+        await self.sqlite.destroy()
+
+    async def load(self, stream: str) -> tuple[int, int] | None:
+        rows = self.sqlite.query(_SELECT_SQL, (stream,))
+        return (int(rows[0][0]), to_unsigned(int(rows[0][1]))) if rows else None
+
+    async def write(self, upserts: list[tuple[str, int, int]], deletes: list[str]) -> None:
+        if upserts:
+            self.sqlite.executemany(_UPSERT_SQL, [(i, n, to_signed(v)) for i, n, v in upserts])
+        if deletes:
+            self.sqlite.executemany(_DELETE_SQL, [(i,) for i in deletes])
+
+
+class JSONSumStore:
+    """The sums in a `JSONFileStore` recorded to the shard's recovery log (`store: json`): its
+    state maps each open stream's ID (hex) to `[seq_no, sum]`."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.json: JSONFileStore[dict[str, list[int]]] = JSONFileStore(recorder, {})
+        self.cache: SumCache = SumCache()
+
+    async def restore_checkpoint(self, shard: Shard) -> Any:
+        self.cache.clear()
+        return await self.json.restore_checkpoint(shard)
+
+    def start_commit(self, shard: Shard, checkpoint: Any, wait_for: Any) -> Any:
+        return self.json.start_commit(shard, checkpoint, wait_for)
+
+    async def destroy(self) -> None:
+        await self.json.destroy()
+
+    async def load(self, stream: str) -> tuple[int, int] | None:
+        found = self.json.state.get(stream)
+        return (int(found[0]), int(found[1])) if found else None
+
+    async def write(self, upserts: list[tuple[str, int, int]], deletes: list[str]) -> None:
+        state = self.json.state
+        for stream, seq_no, value in upserts:
+            state[stream] = [seq_no, value]
+        for stream in deletes:
+            state.pop(stream, None)
+
+
+AnySumStore = SumStore | RecordedSumStore | JSONSumStore
+
+
+def store_kind(shard: Shard) -> str:
+    """The store a shard's `store` label names (`sql` without one); ValueError for another value."""
+    found = [lbl.value for lbl in shard.spec.labels.labels if lbl.name == STORE_LABEL]
+    kind = found[0] if found else "sql"
+    if kind not in STORE_KINDS:
+        raise ValueError(f"shard {shard.id}: label {STORE_LABEL}={kind!r} is not one of {', '.join(STORE_KINDS)}")
+    if kind != "sql" and not shard.spec.recovery_log_prefix:
+        raise ValueError(f"shard {shard.id}: store {kind} is recorded to a recovery log, and the shard's spec "
+                         "has no recovery_log_prefix")
+    return kind
 
 
 def sqlite_path(directory: Path, shard_id: str) -> Path:
@@ -189,10 +301,15 @@ class Summer:
 
     # -- Application --------------------------------------------------------------------------
 
-    async def new_store(self, shard: Shard, recorder: Any | None) -> SumStore:
+    async def new_store(self, shard: Shard, recorder: Any | None) -> AnySumStore:
         self._configure()
+        kind = store_kind(shard)
         async with self._lock:
             await self._refresh_sums(shard)
+            if kind == "sqlite":
+                return await RecordedSumStore.open(recorder)
+            if kind == "json":
+                return JSONSumStore(recorder)
             if self._dsn:
                 dsn = self._dsn
                 if dsn not in self._created:
@@ -215,7 +332,7 @@ class Summer:
         if get_flags(envelope.uuid) == Flags.ACK_TXN:
             return
         chunk: Chunk = envelope.message
-        sums: SumStore = store
+        sums: AnySumStore = store
         cache = sums.cache
         stream = chunk.ID.hex()
         if stream in cache.streams:
@@ -223,9 +340,7 @@ class Summer:
             if state is None:
                 raise OutOfSequence(stream, chunk.SeqNo, 0, finished=True)
         else:
-            rows = (await sums.execute(sums.sql("SELECT seq_no, value FROM stream_sums WHERE stream_id = ?"),
-                                       (stream,))).rows
-            state = (int(rows[0][0]), to_unsigned(int(rows[0][1]))) if rows else (0, 0)
+            state = await sums.load(stream) or (0, 0)
         seq_no, value = state
         if chunk.SeqNo != seq_no + 1:
             raise OutOfSequence(stream, chunk.SeqNo, seq_no + 1)
@@ -239,24 +354,18 @@ class Summer:
             cache.dirty.add(stream)
 
     async def finalize_txn(self, shard: Shard, store: Any, publisher: Publisher) -> None:
-        sums: SumStore = store
+        sums: AnySumStore = store
         cache = sums.cache
-        upserts, deletes = [], []
+        upserts: list[tuple[str, int, int]] = []
+        deletes: list[str] = []
         for stream in cache.dirty:
             state = cache.streams.get(stream)
             if state is None:
-                deletes.append((stream,))
+                deletes.append(stream)
             else:
-                upserts.append((stream, state[0], to_signed(state[1])))
+                upserts.append((stream, state[0], state[1]))
         cache.dirty.clear()
-        if upserts:
-            await sums.executemany(
-                sums.sql("INSERT INTO stream_sums (stream_id, seq_no, value) VALUES (?, ?, ?) "
-                         "ON CONFLICT (stream_id) DO UPDATE SET seq_no = excluded.seq_no, value = excluded.value"),
-                upserts,
-            )
-        if deletes:
-            await sums.executemany(sums.sql("DELETE FROM stream_sums WHERE stream_id = ?"), deletes)
+        await sums.write(upserts, deletes)
 
 
 def _psycopg_connect(dsn: str) -> Any:
@@ -298,11 +407,16 @@ __all__ = [
     "ENV_DSN",
     "ENV_PREFIX",
     "ENV_SQLITE_DIR",
+    "STORE_KINDS",
+    "STORE_LABEL",
+    "JSONSumStore",
     "OutOfSequence",
+    "RecordedSumStore",
     "SumCache",
     "SumStore",
     "Summer",
     "sqlite_path",
+    "store_kind",
     "to_signed",
     "to_unsigned",
 ]
