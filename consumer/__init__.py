@@ -11,6 +11,9 @@
   ACKs); `checkpoint`: building and flattening checkpoints.
 - `replica` (one shard's lifecycle), `service` (`ConsumerService`: announce, mirror, allocator,
   replicas), `resolver` (a shard's primary, local or remote), `api` (the Shard gRPC API).
+- `app_api`: "Building APIs": the `AppContext` an application's `init_application(ctx)` gets, to
+  serve its own gRPC services and HTTP routes on the consumer's port and resolve or proxy
+  requests to a shard's primary.
 - `process`, `cli`: `gazette consume MODULE:ATTR` (and the `gazette` command, with `serve`).
 - `stores`: `SQLStore`, fenced checkpoints over DB-API connections (PostgreSQL, SQLite).
 

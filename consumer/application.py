@@ -12,6 +12,14 @@
 
 Optional (`BeginFinisher`): `begin_txn(shard, store)` before a transaction's first message, and
 `finished_txn(shard, store, committed)` once it is started, with the commit's future.
+
+Optional (`InitApplication`, Gazette's `InitApplication`; "Building APIs" in docs/consumers.md):
+`init_application(ctx)`, awaited once before the consumer's gRPC server starts and its member
+announces, with a `consumer.app_api.AppContext`: register gRPC servicers on `ctx.server`, HTTP
+routes with `ctx.add_route(method, path, handler)`, and serve requests about a shard with
+`ctx.serve(shard_id, local=..., proxy=...)` (locally from the shard's store when this process is
+its primary, else proxied to the primary) or `ctx.resolve(...)`. An exception from it fails the
+process's start.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from broker.protocol import pb
+    from consumer.app_api import AppContext
     from consumer.message import Envelope, Message, Publisher
     from consumer.shard import Shard
     from consumer.store import OpFuture, Store
@@ -52,3 +61,10 @@ class BeginFinisher(Protocol):
     async def begin_txn(self, shard: Shard, store: Store) -> None: ...
 
     def finished_txn(self, shard: Shard, store: Store, committed: OpFuture) -> None: ...
+
+
+@runtime_checkable
+class InitApplication(Protocol):
+    """The optional API hook of an Application (see the module's doc and `consumer.app_api`)."""
+
+    async def init_application(self, ctx: AppContext) -> None: ...
