@@ -4,8 +4,10 @@
   each stream's `Sum` as read-committed readers see it, failing on a wrong, missing or
   duplicated sum.
 - `Summer` (the consumer application; `summer` below, runnable as `gazette consume
-  examples.stream_sum:summer`) folds each stream's chunks into a running CRC-64 in a SQLStore
-  and publishes the final `Sum`; a chunk out of sequence fails its shard.
+  examples.stream_sum:summer`) folds each stream's chunks into a running CRC-64 in its store
+  and publishes the final `Sum`; a chunk out of sequence fails its shard. The shard's `store`
+  label chooses the store: a SQLStore (no label, or `sql`), or one recorded to the shard's
+  recovery log, `sqlite` (SQLiteStore) or `json` (JSONFileStore).
 - `specs` builds the journals (`<prefix>chunks/part-NNN`, `<prefix>sums/part-NNN`) and one
   summer shard per chunk partition (`python -m examples.stream_sum apply` applies both).
 
