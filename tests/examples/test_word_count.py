@@ -418,3 +418,44 @@ async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: Wor
     assert everything == expected
     codes = {name: await wc.stop(name) for name in list(wc.members)}
     assert set(codes.values()) == {0}, codes
+
+
+async def test_command_line_apply_publish_and_query(word_count: WordCount, etcd_endpoint: str) -> None:
+    """`python -m examples.word_count apply|publish|query`, against a `gazette consume` process."""
+    wc = word_count
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    async def run(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "examples.word_count", *args, cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), WAIT)
+        return await proc.wait(), out.decode()
+
+    code, out = await run("apply", "--broker.address", wc.broker.url, "--etcd.address", etcd_endpoint,
+                          "--etcd.prefix", wc.root, "--prefix", wc.prefix, "--hint-prefix",
+                          f"/test-hints/{uuid.uuid4().hex}")
+    assert code == 0, out
+    shards = shard_ids(PARTITIONS)
+    assert out.splitlines() == [
+        *(f"journal {j}" for j in wc.journals),
+        *(f"journal {wc.prefix}recovery/logs/{s}" for s in shards),
+        *(f"shard {s} <- {j}" for s, j in zip(shards, wc.journals, strict=True)),
+    ]
+    await wc.start("cli-a")
+    member = wc.members["cli-a"]
+    wc.shards = shards
+    await wc.wait_primaries(member, {"cli-a"})
+    address = ("--consumer.address", member.url)
+    code, out = await run("publish", *address, TEXT)
+    assert code == 0, out
+    await wc.wait_caught_up(member)
+    code, out = await run("query", *address, "wood chuck")
+    assert (code, out) == (0, "2\twood chuck\n")
+    code, out = await run("query", *address, "wood", "--shard", shards[1])
+    assert (code, out) == (0, "1\twood END\n1\twood would\n")
+    code, out = await run("query", *address, "x", "--shard", "nope")
+    assert (code, out) == (1, "error: NOT_FOUND: shard nope: SHARD_NOT_FOUND\n")
+    code, out = await run("bogus")
+    assert code == 2 and "usage: python -m examples.word_count {apply|publish|query}" in out
