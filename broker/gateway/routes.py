@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 
@@ -27,6 +28,8 @@ from broker.gateway.responses import EndpointOf
 from broker.protocol import pb_grpc
 
 log = logging.getLogger(__name__)
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 MAX_AUTHORIZATION_BYTES = 7 << 10
 """Longest `Authorization` value passed on; a longer one is a 431. The broker's gRPC server
@@ -167,6 +170,13 @@ class HttpGateway:
                 raise TypeError(f"the handler returned {type(response).__name__}, not an HttpResponse")
             if response.status < 200 or response.status not in HTTPStatus._value2member_map_:
                 raise ValueError(f"the handler returned HTTP status {response.status}")
+            for name, value in response.headers:
+                if not isinstance(name, str) or not name or not _HEADER_NAME.fullmatch(name):
+                    raise ValueError(f"the handler returned an invalid header name {name!r}")
+                if not isinstance(value, str):
+                    raise ValueError(f"the handler returned a header {name} whose value is not a str")
+            if not isinstance(response.body, bytes | bytearray | memoryview):
+                raise ValueError(f"the handler returned a body of {type(response.body).__name__}, not bytes")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -174,7 +184,7 @@ class HttpGateway:
             await conn.error(500, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return
         headers = [(k, v) for k, v in response.headers if k.lower() not in ("content-length", "transfer-encoding")]
-        await conn.respond(response.status, headers, response.body)
+        await conn.respond(response.status, headers, bytes(response.body))
 
 
 def authorization_metadata(headers: Sequence[tuple[bytes, bytes]]) -> Metadata:

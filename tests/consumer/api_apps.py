@@ -9,7 +9,7 @@ $GAZETTE_TEST_COUNTS_DB) plus an `init_application` that registers, on the consu
   resolution's header in the `x-proxy-header` metadata (base64 of the protocol.Header);
 - HTTP routes: `GET /api/who?shard=ID` (the same, through the gRPC method when proxied),
   `GET|POST /api/echo/*` (the request, as JSON), `GET /api/boom` (raises), `GET /api/bad-status`
-  (returns status 99).
+  (returns status 99), `GET /api/bad-header` (returns a header name with a space).
 
 `failing_init` is an app whose `init_application` raises; `sync_init` one whose
 `init_application` is not a coroutine function.
@@ -55,6 +55,7 @@ class ApiApp(EnvCountingApp):
         ctx.add_route("POST", "/api/echo/*", self._echo)
         ctx.add_route("GET", "/api/boom", self._boom)
         ctx.add_route("GET", "/api/bad-status", self._bad_status)
+        ctx.add_route("GET", "/api/bad-header", self._bad_header)
 
     async def who(self, shard: str, header: bpb.Header | None) -> dict[str, Any]:
         ctx = self.ctx
@@ -105,6 +106,9 @@ class ApiApp(EnvCountingApp):
 
     async def _bad_status(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=99)
+
+    async def _bad_header(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(headers=[("Bad Name", "x")])
 
 
 app = ApiApp()

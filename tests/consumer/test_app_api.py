@@ -237,6 +237,8 @@ async def test_app_grpc_and_http_routes_on_the_consumer_port_and_proxied(
             assert (status, body) == (500, b"RuntimeError: boom\n")
             status, _, body = await asyncio.to_thread(request, conn, "GET", "/api/bad-status")
             assert (status, body) == (500, b"ValueError: the handler returned HTTP status 99\n")
+            status, _, body = await asyncio.to_thread(request, conn, "GET", "/api/bad-header")
+            assert (status, body) == (500, b"ValueError: the handler returned an invalid header name 'Bad Name'\n")
             status, _, body = await asyncio.to_thread(request, conn, "GET", "/debug/ready")
             assert (status, body) == (200, b"ok")
         finally:
