@@ -28,6 +28,11 @@ starts and the member announces itself; an exception from it fails the start. `c
   stopped serving the shard (hand-off, exiting member: SHARD_STOPPED or NOT_SHARD_PRIMARY here,
   or gRPC UNAVAILABLE from the peer), or that has no primary yet, is resolved again once the
   shard's route changes, until `timeout`; then `ShardUnavailable`.
+- `await ctx.proxy_http(res, request)`: forward an HTTP route's request to the primary's same
+  route, carrying `res.header` in the `X-Gazette-Proxy-Header` request header (base64 of the
+  protocol.Header), and return its response; `proxy_header_of(request)` reads that header back
+  on the peer, for `serve`'s `proxy_header`. A peer that cannot be reached, or answers 503, is
+  `PeerUnavailable`, which `serve` outlives as it does gRPC UNAVAILABLE.
 - `ctx.shards_with_source(journal)`: the specs of shards that read `journal`, in ID order.
 - `ctx.add_cleanup(fn)`: an `async def fn()` run when the consumer stops, after its port closed.
 
@@ -38,11 +43,14 @@ shard that does not exist; UNAVAILABLE / 503 otherwise, which a client may retry
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+import h11
 
 from broker.client.config import dial_target
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
@@ -59,6 +67,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+PROXY_HEADER = "X-Gazette-Proxy-Header"
+"""The HTTP request header carrying a proxied request's protocol.Header (base64 of its bytes)."""
 
 SERVE_TIMEOUT = 30.0
 """Seconds `AppContext.serve` waits for a shard's route to change before it gives up."""
@@ -82,6 +93,25 @@ class ShardUnavailable(Exception):
     @property
     def http_status(self) -> int:
         return 404 if self.status == cpb.SHARD_NOT_FOUND else 503
+
+
+class PeerUnavailable(Exception):
+    """A peer a request was proxied to could not answer it (unreachable, or 503): `serve` resolves
+    the shard again once its route changes."""
+
+
+def proxy_header_of(request: HttpRequest) -> bpb.Header | None:
+    """The protocol.Header of a request proxied by `AppContext.proxy_http`, or None if it was not
+    proxied. Raises ValueError for a header that does not decode."""
+    raw = request.header(PROXY_HEADER)
+    if raw is None:
+        return None
+    try:
+        header = bpb.Header()
+        header.ParseFromString(base64.b64decode(raw, validate=True))
+    except Exception as exc:
+        raise ValueError(f"invalid {PROXY_HEADER} header: {exc}") from None
+    return header
 
 
 class AppContext:
@@ -182,12 +212,39 @@ class AppContext:
                     log.info("proxying a request of %s to %s failed (%s); resolving again", shard_id,
                              primary_endpoint(res), exc.details())
                     error = exc
+                except PeerUnavailable as exc:
+                    log.info("proxying a request of %s to %s failed (%s); resolving again", shard_id,
+                             primary_endpoint(res), exc)
+                    error = exc
             else:
                 error = ShardUnavailable(shard_id, res.status)
             if proxied or (res.status not in RETRY_STATUSES and res.status != cpb.OK):
                 raise error
             if not await self._route_changes(shard_id, res.header.route, deadline):
                 raise error
+
+    async def proxy_http(
+        self, res: Resolution, request: HttpRequest, *, timeout: float = SERVE_TIMEOUT
+    ) -> HttpResponse:
+        """Forward `request` to the same route of the primary `res` names (see the module's doc)."""
+        endpoint = primary_endpoint(res)
+        if not endpoint:
+            raise PeerUnavailable(f"the primary of the shard has no endpoint ({res.header.process_id})")
+        target = dial_target(endpoint)
+        if target.tls:
+            raise PeerUnavailable(f"proxying HTTP to {endpoint}: TLS endpoints are not supported")
+        headers = [(k, v) for k, v in request.headers
+                   if k not in _HOP_HEADERS and k != PROXY_HEADER.lower()]
+        headers.append((PROXY_HEADER, base64.b64encode(res.header.SerializeToString()).decode("ascii")))
+        try:
+            async with asyncio.timeout(timeout):
+                response = await http_call(target.target, request.method, request.path, request.query, headers,
+                                           request.body)
+        except (OSError, TimeoutError, h11.ProtocolError, ValueError) as exc:
+            raise PeerUnavailable(f"proxying HTTP to {endpoint}: {type(exc).__name__}: {exc}") from None
+        if response.status == 503:
+            raise PeerUnavailable(f"{endpoint} answered 503: {response.body.decode('utf-8', 'replace').strip()}")
+        return response
 
     async def _route_changes(self, shard: str, route: bpb.Route, deadline: float) -> bool:
         """Wait until the shard's route differs from `route` (True), or the deadline passes (False)."""
@@ -213,6 +270,47 @@ class AppContext:
             await channel.close()
 
 
+_HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+                          "proxy-connection", "content-length", "host", "expect"})
+
+
+async def http_call(
+    hostport: str, method: str, path: str, query: Mapping[str, list[str]], headers: list[tuple[str, str]],
+    body: bytes,
+) -> HttpResponse:
+    """One HTTP/1.1 request to `hostport` on a connection of its own; the whole response."""
+    host, _, port = hostport.rpartition(":")
+    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+    try:
+        conn = h11.Connection(h11.CLIENT)
+        target = urllib.parse.quote(path, safe="/:@!$&'()*+,;=-._~")
+        if query:
+            target += "?" + urllib.parse.urlencode([(k, v) for k, vs in query.items() for v in vs])
+        all_headers = [("Host", hostport), ("Connection", "close"), ("Content-Length", str(len(body))), *headers]
+        writer.write(conn.send(h11.Request(method=method, target=target, headers=all_headers)))
+        if body:
+            writer.write(conn.send(h11.Data(data=body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+        status, out_headers, chunks = 0, [], []
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(1 << 16))
+                continue
+            if isinstance(event, h11.Response):
+                status = event.status_code
+                out_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers.raw_items()]
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                break
+        keep = [(k, v) for k, v in out_headers if k.lower() not in _HOP_HEADERS and k.lower() != "date"]
+        return HttpResponse(status, keep, b"".join(chunks))
+    finally:
+        writer.close()
+
+
 def primary_endpoint(res: Resolution) -> str:
     """The endpoint of the primary a resolution names ('' if its route has none)."""
     route = res.header.route
@@ -220,14 +318,18 @@ def primary_endpoint(res: Resolution) -> str:
 
 
 __all__ = [
+    "PROXY_HEADER",
     "RETRY_STATUSES",
     "SERVE_TIMEOUT",
     "AppContext",
     "HttpHandler",
     "HttpRequest",
     "HttpResponse",
+    "PeerUnavailable",
     "RouteError",
     "RouteTable",
     "ShardUnavailable",
+    "http_call",
     "primary_endpoint",
+    "proxy_header_of",
 ]

@@ -8,6 +8,7 @@ $GAZETTE_TEST_COUNTS_DB) plus an `init_application` that registers, on the consu
   shard's primary: a member that is not proxies it there with `AppContext.serve`, carrying the
   resolution's header in the `x-proxy-header` metadata (base64 of the protocol.Header);
 - HTTP routes: `GET /api/who?shard=ID` (the same, through the gRPC method when proxied),
+  `GET /api/who-http?shard=ID` (the same, proxied over HTTP with `AppContext.proxy_http`),
   `GET|POST /api/echo/*` (the request, as JSON), `GET /api/boom` (raises), `GET /api/bad-status`
   (returns status 99), `GET /api/bad-header` (returns a header name with a space).
 
@@ -25,7 +26,7 @@ import grpc
 
 from broker.gateway.app_routes import HttpRequest, HttpResponse
 from broker.protocol import pb as bpb
-from consumer.app_api import AppContext, ShardUnavailable
+from consumer.app_api import AppContext, ShardUnavailable, proxy_header_of
 from consumer.resolver import Resolution
 from tests.consumer.cli_apps import EnvCountingApp
 
@@ -51,6 +52,7 @@ class ApiApp(EnvCountingApp):
             (grpc.method_handlers_generic_handler("test.ShardInfo", {"Who": handler}),)
         )
         ctx.add_route("GET", "/api/who", self._http_who)
+        ctx.add_route("GET", "/api/who-http", self._http_who_http)
         ctx.add_route("GET", "/api/echo/*", self._echo)
         ctx.add_route("POST", "/api/echo/*", self._echo)
         ctx.add_route("GET", "/api/boom", self._boom)
@@ -92,6 +94,28 @@ class ApiApp(EnvCountingApp):
     async def _http_who(self, request: HttpRequest) -> HttpResponse:
         try:
             return HttpResponse.json(await self.who(request.param("shard", "") or "", None))
+        except ShardUnavailable as exc:
+            return HttpResponse.text(f"{exc}\n", exc.http_status)
+
+    async def _http_who_http(self, request: HttpRequest) -> HttpResponse:
+        """As /api/who, proxied over HTTP (AppContext.proxy_http) rather than gRPC."""
+        ctx = self.ctx
+        assert ctx is not None
+        shard = request.param("shard", "") or ""
+        try:
+            header = proxy_header_of(request)
+        except ValueError as exc:
+            return HttpResponse.text(f"{exc}\n", 400)
+
+        async def local(res: Resolution) -> HttpResponse:
+            return HttpResponse.json({"served_by": ctx.service.member_id[1], "shard": shard,
+                                      "proxied": header is not None, "x-test": request.header("x-test")})
+
+        async def proxy(res: Resolution) -> HttpResponse:
+            return await ctx.proxy_http(res, request, timeout=10.0)
+
+        try:
+            return await ctx.serve(shard, local=local, proxy=proxy, proxy_header=header, timeout=10.0)
         except ShardUnavailable as exc:
             return HttpResponse.text(f"{exc}\n", exc.http_status)
 

@@ -221,6 +221,18 @@ async def test_app_grpc_and_http_routes_on_the_consumer_port_and_proxied(
                 assert doc["served_by"] == primary[shard] and doc["proxied"] == (primary[shard] != "api-b")
             status, _, body = await asyncio.to_thread(request, conn, "GET", "/api/who?shard=nope")
             assert (status, body) == (404, b"shard nope: SHARD_NOT_FOUND\n")
+            # Proxied over HTTP: the request (its query and headers) reaches the primary's route.
+            for shard in shards:
+                status, headers, body = await asyncio.to_thread(
+                    request, conn, "GET", f"/api/who-http?shard={shard}", None, {"X-Test": "via b"})
+                assert status == 200 and headers["Content-Type"] == "application/json", body
+                assert json.loads(body) == {"served_by": primary[shard], "shard": shard,
+                                            "proxied": primary[shard] != "api-b", "x-test": "via b"}
+            status, _, body = await asyncio.to_thread(request, conn, "GET", "/api/who-http?shard=nope")
+            assert (status, body) == (404, b"shard nope: SHARD_NOT_FOUND\n")
+            status, _, body = await asyncio.to_thread(
+                request, conn, "GET", f"/api/who-http?shard={shards[0]}", None, {"X-Gazette-Proxy-Header": "!!"})
+            assert status == 400 and body.startswith(b"invalid X-Gazette-Proxy-Header header"), body
 
             status, headers, body = await asyncio.to_thread(
                 request, conn, "POST", "/api/echo/x%20y/z?a=1&a=2&b=%C3%A9", b"hello", {"X-Test": "t"})
