@@ -313,9 +313,15 @@ def spec_sha1(spec: pb.JournalSpec) -> str:
     canonical = pb.JournalSpec()
     canonical.CopyFrom(spec)
     canonical.ClearField("suspend")
-    for name in BOOKKEEPING:
-        canonical.labels.CopyFrom(labels.remove(canonical.labels, name))
+    _drop_bookkeeping(canonical.labels)
     return hashlib.sha1(canonical.SerializeToString(deterministic=True)).hexdigest()
+
+
+def _drop_bookkeeping(label_set: pb.LabelSet) -> None:
+    """Remove the bookkeeping labels in place (a spec the tree just built has none: nothing to copy)."""
+    if any(label.name in BOOKKEEPING for label in label_set.labels):
+        for name in BOOKKEEPING:
+            label_set.CopyFrom(labels.remove(label_set, name))
 
 
 def spec_fields(spec: pb.JournalSpec) -> dict[str, Value]:
@@ -403,8 +409,7 @@ def shard_sha1(spec: cpb.ShardSpec) -> str:
     """SHA-1 of a shard spec as sync compares it: without the bookkeeping labels."""
     canonical = cpb.ShardSpec()
     canonical.CopyFrom(spec)
-    for name in BOOKKEEPING:
-        canonical.labels.CopyFrom(labels.remove(canonical.labels, name))
+    _drop_bookkeeping(canonical.labels)
     return hashlib.sha1(canonical.SerializeToString(deterministic=True)).hexdigest()
 
 

@@ -132,7 +132,14 @@ def to_document(plan: Plan) -> dict[str, Any]:
 
 
 def to_json(plan: Plan) -> str:
-    return json.dumps(to_document(plan), indent=2) + "\n"
+    """The document as JSON: indented, but each change on one line (json's C encoder writes those: an
+    indented dump of 20,000 changes takes seconds in the pure-Python one)."""
+    doc = to_document(plan)
+    changes = doc.pop("changes")
+    lines = [f"  {json.dumps(key)}: {json.dumps(value)}," for key, value in doc.items()]
+    body = ",\n".join(f"    {json.dumps(change)}" for change in changes)
+    lines.append('  "changes": [' + (f"\n{body}\n  " if changes else "") + "]")
+    return "{\n" + "\n".join(lines) + "\n}\n"
 
 
 def from_json(text: str, source: str) -> Plan:
