@@ -85,7 +85,9 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
                     pulsed_boundary[name] = boundary
                 task = asyncio.get_running_loop().create_task(pulse(state, name))
                 running[name] = task
-                task.add_done_callback(lambda t, n=name: _pulse_done(running, n, t))  # type: ignore[misc]
+                task.add_done_callback(
+                    lambda t, n=name: _pulse_done(running, pulsed_route, n, t)  # type: ignore[misc]
+                )
             elif boundary is not None and boundary > now:
                 wake = min(wake, boundary)
         for name in list(last_pulse):
@@ -111,10 +113,18 @@ async def _until_change(state: BrokerState, stop: asyncio.Event, timeout: float)
         await asyncio.gather(stopped, changed, return_exceptions=True)
 
 
-def _pulse_done(running: dict[str, asyncio.Task[int]], name: str, task: asyncio.Task[int]) -> None:
+def _pulse_done(
+    running: dict[str, asyncio.Task[int]], pulsed_route: dict[str, pb.Route], name: str, task: asyncio.Task[int]
+) -> None:
     running.pop(name, None)
     if task.cancelled():
         return
     exc = task.exception()
-    if exc is not None:
-        log.debug("pulse failed", extra={"journal": name, "error": str(exc)})
+    if exc is None and task.result() == pb.OK:
+        return
+    # The route's members may not all hold the journal's head: pulse again at the next scan
+    # (a replica that joined and missed it would otherwise wait for a client append, and its
+    # spool stays behind the stores' index if the primary dies first: INDEX_HAS_GREATER_OFFSET).
+    pulsed_route.pop(name, None)
+    error = str(exc) if exc is not None else pb.Status.Name(task.result())  # type: ignore[arg-type]
+    log.debug("pulse failed; will pulse again", extra={"journal": name, "error": error})
