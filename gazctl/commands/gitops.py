@@ -100,7 +100,7 @@ ConsumersOption = Annotated[
     typer.Option(
         "--consumer",
         help="NAME=URL: a `gazette consume` process of consumer group NAME, for shard files with `consumer: NAME`"
-        " (repeatable) [env: CONSUMER_ADDRESS_<NAME>, upper case, - and . as _]",
+        " (repeatable) \\[env: CONSUMER_ADDRESS_<NAME>, upper case, - and . as _]",
         show_default=False,
         rich_help_panel=GLOBAL_PANEL,
     ),
