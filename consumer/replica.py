@@ -433,6 +433,19 @@ class Replica:
             await asyncio.sleep(status_backoff(attempt))
             attempt += 1
 
+    async def store_hints_before_exit(self) -> None:
+        """As the process begins to exit, store a primary's recorded hints while its assignment
+        still fences them (a hand-off removes it, and the store at the replica's stop is then
+        skipped): the next primary, and `gazctl shards prune`, see what this one recorded."""
+        recorder = self.recorder
+        if recorder is None or recorder.failed is not None or not self.is_primary:
+            return
+        try:
+            stored = await asyncio.wait_for(self._store_recorded_hints(recorder), HINTS_TIMEOUT)
+            log.debug("stored recorded hints before exiting", extra={"shard": self.id, "stored": stored})
+        except Exception as exc:
+            log.info("storing recorded hints before exiting failed: %s", exc, extra={"shard": self.id})
+
     async def _store_recorded_hints(self, recorder: Recorder) -> bool:
         """Store the Recorder's current hints at the primary hints key (Gazette's storeRecordedHints)."""
         hints = await recorder.build_hints()

@@ -127,6 +127,7 @@ class ConsumerService:
         # Local shards keep resolving while they are handed off (as Gazette stops serving local
         # shards only once Allocate returned): requests proxied here meanwhile are still answered.
         if self._started and not self.lost.is_set():
+            await asyncio.gather(*(r.store_hints_before_exit() for r in list(self.replicas.values())))
             try:
                 await self.announcement.set_exiting()
                 await asyncio.wait_for(self._wait_unassigned(), self.exit_timeout)

@@ -155,3 +155,24 @@ async def test_recover_and_prune_a_shards_recovery_log(
         head = await publish(appender, cluster.source, *more)
         await cluster.stat_through(stub, head)
         await cluster.wait_committed(counts(*keys, *more))
+
+
+async def test_an_exiting_primary_stores_its_recorded_hints(cluster: Cluster, appender: AppendService) -> None:
+    # The default hints interval (5 minutes) never elapses here: only the exit stores hints.
+    await cluster.start("exit-a")
+    channel, stub = cluster.stub("exit-a")
+    async with channel:
+        spec = cluster.spec(0)
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=spec)]))).status == cpb.OK
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1})
+        keys = ["a", "b", "a"]
+        await cluster.stat_through(stub, await publish(appender, cluster.source, *keys))
+        await cluster.wait_committed(counts(*keys))
+        assert not (await recovery.get_hints(stub, cluster.shard)).primary_hints.HasField("hints")
+    await cluster.start("exit-b")
+    assert await asyncio.to_thread(cluster.consumers["exit-a"].stop, signal.SIGTERM) == 0
+    channel, stub = cluster.stub("exit-b")
+    async with channel:
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary="exit-b")
+        hints = await recovery.get_hints(stub, cluster.shard)
+        assert hints.primary_hints.HasField("hints") and hints.primary_hints.hints.live_nodes
