@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,20 +20,26 @@ import pytest
 from broker.client import JournalClient
 from consumer.protocol import pb as cpb
 from examples.stream_sum import Summer, journal_specs, shard_specs
+from examples.stream_sum.chunker import ChunkerStats
 from examples.stream_sum.specs import apply, recovery_log_prefix
 from examples.stream_sum.summer import STORE_LABEL, store_kind
 from gazctl.heads import write_head
 from tests.broker.client.helpers import wait_for_primary
 from tests.examples.test_stream_sum import (
+    BROKER_LEASE,
     CHUNK_PARTITIONS,
     SUM_PARTITIONS,
     Deployment,
     SummerProcess,
     chunker,
     run_chunkers,
+    two_brokers,
     until,
 )
-from tests.harness import BrokerProcess
+from tests.harness import BrokerCluster, BrokerProcess
+
+CHAOS_ROUNDS = 2
+__all__ = ["two_brokers"]  # The fixture, shared with test_stream_sum.
 
 KINDS = ("sqlite", "json")
 
@@ -201,3 +208,102 @@ async def test_recorded_summers_across_sigkilled_consume_processes(
     sums = await d.committed_sums()
     assert len(sums) == total and len({s.ID for s in sums}) == total, "each stream's sum, exactly once"
     assert not d.monitor.failed, d.monitor.failed
+
+
+# -- consume processes and brokers SIGKILLed in turn, with recorded stores ------------------------
+
+
+@pytest.mark.timeout(240)
+async def test_recorded_summers_while_consumers_and_brokers_are_sigkilled(
+    etcd_client: Any, etcd_prefix: str, etcd_endpoint: str, two_brokers: BrokerCluster, tmp_path: Path
+) -> None:
+    """Issue 16's crash test: SQLite and JSON summers (recorded to replication-2 recovery logs) in 2
+    `gazette consume` processes and 2 brokers; in turn a summer process, then a broker, is SIGKILLed
+    and restarted while 2 chunkers run. No shard FAILS, every sum verifies, exactly once. (Two
+    rounds, to keep the test short; test_stream_sum's SQL-store variant runs six.)"""
+    cluster = two_brokers
+    store: dict[str, Any] = {"sqlite_dir": tmp_path / "unused"}
+    summer = Summer(prefix=f"test/stream-sum/{uuid.uuid4().hex[:12]}/", **store)
+    procs: dict[str, SummerProcess] = {}
+    events: list[str] = []
+    async with JournalClient(cluster.urls[0]) as client:
+        d = RecordedDeployment(etcd_client, etcd_prefix, client, summer, lease_ttl=3.0)
+        journals, _ = await apply(client, etcd_client, etcd_prefix, d.prefix, chunk_partitions=CHUNK_PARTITIONS,
+                                  sum_partitions=SUM_PARTITIONS, replication=2, stores=["file:///"],
+                                  store_kinds=KINDS, hint_prefix=f"/test-hints/{uuid.uuid4().hex}")
+        names = [j.name for j in journals]
+        await asyncio.to_thread(cluster.wait_routed, names, 2)
+        await d.monitor.start()
+        events.append(f"{time.monotonic():.1f} journals routed")
+
+        def start(name: str, broker: int) -> None:
+            procs[name] = SummerProcess(d, store, etcd_endpoint, cluster.slots[broker].proc, name, tmp_path)
+            events.append(f"{time.monotonic():.1f} started {name} (via broker {broker})")
+
+        chunkers = [chunker(d), chunker(d)]
+        runs: asyncio.Future[list[ChunkerStats]] | None = None
+
+        def verified() -> int:
+            return sum(c.stats.verified for c in chunkers)
+
+        async def progress(n: int = 4) -> None:
+            running = runs
+            assert running is not None
+            target = verified() + n
+            await until(lambda: (verified(), running.done()), lambda v: v[0] >= target or v[1], f"{n} more sums")
+            if running.done():
+                running.result()
+                pytest.fail("the chunkers stopped early")
+            events.append(f"{time.monotonic():.1f} verified {verified()}")
+
+        summers = ["summer-a", "summer-b"]
+        stats: list[ChunkerStats] = []
+        codes: dict[str, int] = {}
+        try:
+            start("summer-a", 0)
+            start("summer-b", 1)
+            await d.all_primary(set(summers))
+            runs = asyncio.ensure_future(run_chunkers(d, chunkers))
+            await progress()
+            for round in range(CHAOS_ROUNDS):
+                index = (round // 2) % 2
+                if round % 2 == 0:
+                    name = summers[index]
+                    assert await procs.pop(name).signal(signal.SIGKILL) == -signal.SIGKILL
+                    events.append(f"SIGKILLed {name}")
+                    start(name, index)
+                    await d.all_primary(set(summers))
+                else:
+                    old = cluster.slots[index].proc
+                    assert await asyncio.to_thread(cluster.kill, index) == -signal.SIGKILL
+                    events.append(f"SIGKILLed {old.broker_id}")
+                    new = cluster.restart(index, same_id=True)
+                    await asyncio.to_thread(new.wait_ready, BROKER_LEASE + 30.0)
+                    await asyncio.to_thread(cluster.wait_routed, names, 2)
+                    events.append(f"restarted {new.broker_id}; journals routed")
+                await progress()
+        except BaseException:
+            print("events:", *events, sep="\n  ")
+            for p in procs.values():
+                print(f"--- {p.name} ---\n{p.logs()[-6000:]}")
+            print("broker warnings and errors:", *cluster.log_lines()[-40:], sep="\n")
+            raise
+        finally:
+            for c in chunkers:
+                c.stop()
+            if runs is not None:
+                stats = await runs
+            events.append(f"{time.monotonic():.1f} chunkers done")
+            # The first hands its shards to the last, which is SIGKILLed (a lone member keeps its
+            # shards until its exit timeout).
+            names_left = list(procs)
+            codes = {name: await procs.pop(name).signal(signal.SIGTERM) for name in names_left[:-1]}
+            events.append(f"{time.monotonic():.1f} {names_left[:-1]} stopped")
+            codes.update({name: await procs.pop(name).signal(signal.SIGKILL) for name in names_left[-1:]})
+            await d.monitor.close()
+        assert sorted(codes.values()) == [-signal.SIGKILL, 0], codes
+        total = sum(s.streams for s in stats)
+        assert [s.verified for s in stats] == [s.streams for s in stats]
+        sums = await d.committed_sums()
+        assert len(sums) == total and len({s.ID for s in sums}) == total, "each stream's sum, exactly once"
+        assert not d.monitor.failed, d.monitor.failed
