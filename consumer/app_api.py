@@ -27,7 +27,8 @@ starts and the member announces itself; an exception from it fails the start. `c
   `ShardUnavailable` (NOT_SHARD_PRIMARY). A request that this process routes and whose primary
   stopped serving the shard (hand-off, exiting member: SHARD_STOPPED or NOT_SHARD_PRIMARY here,
   or gRPC UNAVAILABLE from the peer), or that has no primary yet, is resolved again once the
-  shard's route changes, until `timeout`; then `ShardUnavailable`.
+  shard's route changes, until `timeout`; then `ShardUnavailable` (SHARD_STOPPED, with the
+  peer's error, when proxying failed). Other errors of `local` and `proxy` propagate.
 - `await ctx.proxy_http(res, request)`: forward an HTTP route's request to the primary's same
   route, carrying `res.header` in the `X-Gazette-Proxy-Header` request header (base64 of the
   protocol.Header), and return its response; `proxy_header_of(request)` reads that header back
@@ -97,7 +98,7 @@ class ShardUnavailable(Exception):
 
 class PeerUnavailable(Exception):
     """A peer a request was proxied to could not answer it (unreachable, or 503): `serve` resolves
-    the shard again once its route changes."""
+    the shard again once its route changes (and raises ShardUnavailable when it gives up)."""
 
 
 def proxy_header_of(request: HttpRequest) -> bpb.Header | None:
@@ -209,13 +210,12 @@ class AppContext:
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() != grpc.StatusCode.UNAVAILABLE:
                         raise
-                    log.info("proxying a request of %s to %s failed (%s); resolving again", shard_id,
-                             primary_endpoint(res), exc.details())
-                    error = exc
+                    detail = f"proxying to {primary_endpoint(res)}: {exc.details()}"
+                    log.info("%s: %s; resolving again", shard_id, detail)
+                    error = ShardUnavailable(shard_id, cpb.SHARD_STOPPED, detail)
                 except PeerUnavailable as exc:
-                    log.info("proxying a request of %s to %s failed (%s); resolving again", shard_id,
-                             primary_endpoint(res), exc)
-                    error = exc
+                    log.info("%s: %s; resolving again", shard_id, exc)
+                    error = ShardUnavailable(shard_id, cpb.SHARD_STOPPED, str(exc))
             else:
                 error = ShardUnavailable(shard_id, res.status)
             if proxied or (res.status not in RETRY_STATUSES and res.status != cpb.OK):

@@ -271,7 +271,7 @@ class Counter(wpb_grpc.NGramServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RuntimeError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except grpc.aio.AioRpcError as exc:
+        except grpc.aio.AioRpcError as exc:  # The primary's own error (not UNAVAILABLE).
             await context.abort(exc.code(), f"proxying Query: {exc.details()}")
         raise AssertionError("unreachable")
 
