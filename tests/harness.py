@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,6 +115,25 @@ def serving_broker(tmp: Path, etcd: str, *extra: str, file_root: bool = False) -
     finally:
         rc = proc.stop()
         assert rc == 0, proc.logs()
+
+
+def wait_http_ready(
+    name: str, url: str, proc: subprocess.Popen[bytes], logs: Callable[[], str], timeout: float = 30.0
+) -> None:
+    """Poll `url`/debug/ready until it answers 200; raise naming `name`, with the tail of `logs()`,
+    if the process exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{logs()[-6000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/debug/ready", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{name} not ready after {timeout}s:\n{logs()[-6000:]}")
 
 
 def append(stub: pb_grpc.JournalStub, journal: str, content: bytes = b"", **params: object) -> pb.AppendResponse:

@@ -70,7 +70,7 @@ from tests.benchmarks.consumer_app import (
     read_total,
 )
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary
+from tests.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary, wait_http_ready
 
 APP = "tests.benchmarks.consumer_app:app"
 MESSAGE_SIZE = 256
@@ -125,18 +125,7 @@ class ConsumerProc:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"consumer exited with {self.proc.returncode}:\n{self.logs()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"consumer not ready after {timeout}s:\n{self.logs()[-4000:]}")
+        wait_http_ready("consumer", f"http://127.0.0.1:{self.port}", self.proc, self.logs, timeout)
 
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:

@@ -25,8 +25,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from broker.keyspace.etcd import EtcdProcess
 from tests.benchmarks.bench_gazctl import Gazctl, Timing, timed
 from tests.benchmarks.bench_gitops import write_tree
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import ROOT, BrokerProcess, free_port
+from tests.harness import ROOT, BrokerProcess, free_port, wait_http_ready
 
 PLAN_GOAL = 5.0
 
@@ -78,18 +76,7 @@ class Consumer:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"consumer exited: {self.log_path.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(self.log_path.read_text()[-4000:])
+        wait_http_ready("consumer", f"http://127.0.0.1:{self.port}", self.proc, self.log_path.read_text, timeout)
 
     def stop(self) -> None:
         self.proc.terminate()

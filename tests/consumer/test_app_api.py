@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.consumer.api_apps import WHO_METHOD
 from tests.consumer.apps import NDJSON, create_tables
 from tests.consumer.cli_apps import COUNTS_DB_ENV
 from tests.consumer.test_consume_cli import child_env, one_line_error, publish, run_consume
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
 
 WAIT = 30.0
 Code = cpb.ReplicaStatus.Code
@@ -112,18 +111,7 @@ class ApiConsumer:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.name} not ready:\n{self.logs()}")
+        wait_http_ready(self.name, f"http://127.0.0.1:{self.port}", self.proc, self.logs, WAIT)
 
     async def who(self, shard: str) -> dict[str, Any]:
         reply: bytes = await self.who_call(shard.encode(), timeout=WAIT)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ from consumer.protocol import pb_grpc as cpb_grpc
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON, Event, create_tables, read_counts
 from tests.consumer.cli_apps import COUNTS_DB_ENV, EnvCountingApp
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
 
 APP = "tests.consumer.cli_apps:app"
 WAIT = 60.0
@@ -68,18 +67,7 @@ class ConsumerProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"consumer exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"consumer not ready after {timeout}s:\n{self.logs()}")
+        wait_http_ready("consumer", f"http://127.0.0.1:{self.port}", self.proc, self.logs, timeout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

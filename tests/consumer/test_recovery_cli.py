@@ -31,7 +31,7 @@ from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON
 from tests.consumer.cli_apps import STATE_DIR_ENV, STORE_ENV
 from tests.consumer.test_consume_cli import child_env, publish
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
 
 APP = "tests.consumer.cli_apps:recorded_app"
 LEASE = 3.0
@@ -67,18 +67,7 @@ class Consumer:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"consumer exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"consumer not ready after {timeout}s:\n{self.logs()}")
+        wait_http_ready("consumer", f"http://127.0.0.1:{self.port}", self.proc, self.logs, timeout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = WAIT) -> int:
         if self.proc.poll() is None:

@@ -39,7 +39,7 @@ from examples.word_count.counter import ENV_N, ENV_PREFIX
 from examples.word_count.specs import apply, delta_journals, shard_ids
 from gazctl.heads import write_head
 from tests.broker.client.helpers import wait_for_primary
-from tests.harness import ROOT, BrokerProcess, free_port
+from tests.harness import ROOT, BrokerProcess, free_port, wait_http_ready
 
 Code = cpb.ReplicaStatus.Code
 WAIT = 30.0
@@ -128,18 +128,7 @@ class Member:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.logs()}")
+        wait_http_ready(self.name, f"http://127.0.0.1:{self.port}", self.proc, self.logs, timeout)
 
     async def stop(self, sig: int = signal.SIGTERM) -> int:
         await self.channel.close()

@@ -23,7 +23,7 @@ from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY
 from gazctl.specs.gitops.tree import load_tree
-from tests.harness import ROOT, BrokerProcess, free_port, run_gazctl
+from tests.harness import ROOT, BrokerProcess, free_port, run_gazctl, wait_http_ready
 
 Code = pb.ReplicaStatus.Code
 
@@ -56,19 +56,7 @@ class Consume:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.logs()
-            try:
-                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(self.logs())
+        wait_http_ready("consumer", f"http://127.0.0.1:{self.port}", self.proc, self.logs, timeout)
 
     def stop(self) -> int:
         self.proc.terminate()
