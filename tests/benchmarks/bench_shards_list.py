@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -32,7 +31,7 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.benchmarks.bench_gazctl import Timing, timed
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import ROOT, BrokerProcess, free_port, gazctl_env
+from tests.harness import ROOT, BrokerProcess, free_port, gazctl_env, wait_http_ready
 
 LIST_GOAL = 1.0
 APPLY_BATCH = 500
@@ -49,16 +48,12 @@ def start_consumer(tmp: Path, broker: BrokerProcess, etcd: str) -> tuple[subproc
     ]
     proc = subprocess.Popen(args, stdout=open(tmp / "consumer.log", "wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/debug/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError(f"consumer not ready:\n{(tmp / 'consumer.log').read_text()[-3000:]}")
+    try:
+        wait_http_ready("consumer", url, proc, (tmp / "consumer.log").read_text, 60.0)
+    except Exception:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def shard(i: int) -> cpb.ShardSpec:
