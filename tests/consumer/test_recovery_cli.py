@@ -27,6 +27,7 @@ from broker.client import AppendService, JournalClient
 from broker.protocol import labels
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
+from consumer.recoverylog import FSMHints
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON
 from tests.consumer.cli_apps import STATE_DIR_ENV, STORE_ENV
@@ -445,3 +446,30 @@ async def test_sqlite_primary_sigkilled_mid_stream_loses_and_repeats_nothing(
     assert all(recovered["state"].get(k, 0) >= n for k, n in committed_before["state"].items()), (
         "the recovered state is at least the last commit the test saw"
     )
+
+
+async def test_hints_past_the_logs_end_fail_the_shard_naming_the_offset(cluster: Cluster) -> None:
+    """Hints of a segment beyond the recovery log's write head (its content lost, or hints of another
+    cluster's log): the shard FAILS naming the log, the offset and the possible data loss, rather than
+    serving a store missing those files."""
+    await cluster.start("lost-a")
+    channel, stub = cluster.stub("lost-a")
+    async with channel:
+        hints = FSMHints(log=cluster.recovery_log)
+        hints.live_nodes.add(fnode=1).segments.add(
+            author=7, first_seq_no=1, last_seq_no=2, first_offset=1 << 20, last_offset=(1 << 20) + 100
+        )
+        change = cpb.ApplyRequest.Change(upsert=cluster.spec(0), primary_hints=hints)
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[change]))).status == cpb.OK
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
+            status = [s for shard in listed.shards if shard.spec.id == cluster.shard for s in shard.status]
+            if status and status[0].code == Code.FAILED:
+                break
+            assert loop.time() < deadline, f"{status}\n{cluster.all_logs()}"
+            await asyncio.sleep(0.05)
+        [error] = status[0].errors
+        assert cluster.recovery_log in error and "1048576" in error and "possible data loss" in error, error
+        assert cluster.state("recovered") is None, "no store was built from the log"
