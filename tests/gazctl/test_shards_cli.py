@@ -354,3 +354,33 @@ def test_apply_refuses_shards_of_missing_journals(consumer: ConsumerProcess, tmp
 
     unchecked = shards(consumer, "apply", "--specs", str(specs), "--no-check-journals", "--dry-run")
     assert unchecked.returncode == 0, unchecked.stderr
+
+
+def test_unassign_failed_restarts_a_failed_shard(consumer: ConsumerProcess, tmp_path: Path) -> None:
+    # A shard whose source journal does not exist yet FAILS; once the journal exists,
+    # `unassign --failed` removes the failed assignment and the allocator starts it again.
+    source, shard = "shards-cli/late-events", "shards-cli-late"
+    spec = SHARDS.replace(SHARD, shard).replace(f"journal: {SOURCE}", f"journal: {source}")
+    applied = shards(consumer, "apply", "--no-check-journals", input=spec)
+    assert applied.returncode == 0, applied.stderr
+
+    def status() -> str:
+        rows = table_rows(shards(consumer, "list", "-l", f"id={shard}").stdout)
+        return rows[1][1] if rows[1:] else ""
+
+    deadline = time.monotonic() + 60
+    while status() != "FAILED":
+        assert time.monotonic() < deadline, status()
+        time.sleep(0.2)
+    created = run_gazctl(None, "journals", "apply", input=JOURNALS.replace(SOURCE, source),
+                         env={"BROKER_ADDRESS": consumer.broker_url})
+    assert created.returncode == 0, created.stderr
+    done = shards(consumer, "unassign", "-l", f"id={shard}", "--failed")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{shard}\n" and "unassigned 1 shard" in done.stderr
+    while status() != "PRIMARY":
+        assert time.monotonic() < deadline, status()
+        time.sleep(0.2)
+    current = shards(consumer, "list", "-l", f"id={shard}", "--format", "yaml").stdout
+    gone = shards(consumer, "apply", input=current.replace("- id: ", "- delete: true\n  id: "))
+    assert gone.returncode == 0, gone.stderr
