@@ -38,7 +38,7 @@ consume` processes). Four parts, all in one run:
 The report goes to stdout, progress to stderr. MB is 10^6 bytes, MiB 2^20.
 
     python -m tests.benchmarks.bench_recovery [--seconds 3] [--journal-mode TRUNCATE] [--playback-mib 256]
-        [--rounds 2] [--json-commits 300] [--sqlite-commits 300] [--parts overhead,playback,takeover,hints]
+        [--rounds 3] [--json-commits 300] [--sqlite-commits 300] [--parts overhead,playback,takeover,hints]
 """
 
 from __future__ import annotations
@@ -725,7 +725,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each SQLite overhead variant")
     parser.add_argument("--window", type=int, default=64, help="commits in flight when pipelined")
     parser.add_argument("--playback-mib", type=int, default=256, help="MiB of file writes in the playback log")
-    parser.add_argument("--rounds", type=int, default=2, help="raw reads and playbacks; the best of each is reported")
+    parser.add_argument("--rounds", type=int, default=3, help="raw reads and playbacks; the best of each is reported")
     parser.add_argument("--json-commits", type=int, default=300, help="commits of the JSONFileStore (part 4)")
     parser.add_argument("--json-keys", type=int, default=2000, help="keys of the JSONFileStore's state (part 4)")
     parser.add_argument("--journal-mode", choices=["TRUNCATE", "DELETE", "PERSIST", "WAL"], default="TRUNCATE",
