@@ -339,10 +339,12 @@ class ConsumerProcess:
             await self.listener.stop_accepting()
         if self.gateway is not None:
             await self.gateway.shut_down(grace=grace or 0.0)
-        if self.listener is not None:
-            await self.listener.close(grace=grace or 0.0)
+        # Together, as the broker does: a relayed connection ends only once the gRPC server behind
+        # it has said GOAWAY, so closing the listener first waited out the whole grace.
+        closing = [] if self.listener is None else [self.listener.close(grace=grace or 0.0)]
         if self.grpc_server is not None:
-            await self.grpc_server.stop(grace)
+            closing.append(self.grpc_server.stop(grace))
+        await asyncio.gather(*closing)
         if self.api is not None:
             await self.api.close()
         if self.app_context is not None:
