@@ -50,7 +50,17 @@ def _json_default(value: object) -> object:
 
 def _dataclass_fields(value: object) -> dict[str, object]:
     # Fields named with a leading underscore are private, like Go's unexported fields: dropped.
-    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if not f.name.startswith("_")}  # type: ignore[arg-type]
+    return {name: getattr(value, name) for name in _public_fields(type(value))}
+
+
+_public_names: dict[type, tuple[str, ...]] = {}
+
+
+def _public_fields(cls: type) -> tuple[str, ...]:
+    names = _public_names.get(cls)
+    if names is None:
+        names = _public_names[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+    return names
 
 
 def _reject_constant(name: str) -> object:
@@ -77,9 +87,9 @@ class JSONFraming(Framing):
     content_type = lbl.CONTENT_TYPE_JSON_LINES
 
     def marshal(self, message: object) -> bytes:
-        if isinstance(message, JSONMarshaler):
+        if _is_marshaler(type(message)):
             try:
-                doc = message.marshal_json()
+                doc = message.marshal_json()  # type: ignore[attr-defined]
             except Exception as e:
                 raise EncodeError(str(e), content_type=self.content_type) from e
             if b"\n" in doc:
@@ -144,6 +154,15 @@ class _Kind(enum.Enum):
 
 
 _kinds: dict[type, _Kind] = {}
+_marshalers: dict[type, bool] = {}
+
+
+def _is_marshaler(cls: type) -> bool:
+    """Whether messages of `cls` encode themselves, decided once per class."""
+    found = _marshalers.get(cls)
+    if found is None:
+        found = _marshalers[cls] = issubclass(cls, JSONMarshaler)
+    return found
 
 
 def _message_kind(cls: type) -> _Kind:
