@@ -89,12 +89,24 @@ async def remove_fragment(stores: StoreRegistry, spec: pb.Fragment) -> None:
         ) from None
 
 
-async def prune_plans(plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool) -> PruneStats:
+async def prune_plans(
+    plans: Sequence[JournalPrune], file_root: str, *, dry_run: bool, what: str = "journal", verb: str = "prune"
+) -> PruneStats:
     """Delete (unless `dry_run`) the aged fragments of each plan, printing one line of each on stdout.
 
     A line is `pruned` (or `would prune`), the journal, the fragment's content name, its size, its
-    modification time and its store, separated by tabs. Returns the summed counts.
+    modification time and its store, separated by tabs. Returns the summed counts. Before deleting
+    anything, GazctlError if a fragment is in a `file://` store and `file_root` is empty (`what`,
+    `verb`: how the error names the journal and the deletion), so a missing flag never leaves a
+    prune half done.
     """
+    if not dry_run and not file_root:
+        journal = needs_file_root(f for plan in plans for f in plan.aged)
+        if journal is not None:
+            raise GazctlError(
+                f"{what} {journal} has fragments in a file:// store: pass --file-root"
+                f" (the directory of the brokers' --broker.file-root) to {verb} them"
+            )
     stores = StoreRegistry(file_root)
     total = PruneStats()
     verb = "would prune" if dry_run else "pruned"

@@ -34,7 +34,7 @@ from gazctl.commands.common import (
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.fragments_table import table, to_json_line
-from gazctl.prune import JournalPrune, aged_fragments, all_fragments, log_fields, needs_file_root, prune_plans
+from gazctl.prune import JournalPrune, aged_fragments, all_fragments, log_fields, prune_plans
 
 log = logging.getLogger("gazctl")
 
@@ -180,14 +180,6 @@ def prune_command(
             return await map_bounded(journals, one)
 
         plans = settings.run(collect)
-        if not dry_run:
-            # Check before deleting anything, so a missing flag never leaves a prune half done.
-            journal = needs_file_root(f for plan in plans for f in plan.aged)
-            if journal is not None and not file_root:
-                raise GazctlError(
-                    f"journal {journal} has fragments in a file:// store: pass --file-root"
-                    " (the directory of the brokers' --broker.file-root) to prune them"
-                )
         total = asyncio.run(prune_plans(plans, file_root or "", dry_run=dry_run))
         log.info("finished pruning all journals", extra={"dry_run": dry_run, **log_fields(total)})
 

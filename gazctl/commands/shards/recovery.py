@@ -32,7 +32,7 @@ from gazctl.commands.shards._client import (
     run,
 )
 from gazctl.errors import GazctlError
-from gazctl.prune import JournalPrune, all_fragments, log_fields, needs_file_root, prune_plans, unhinted_fragments
+from gazctl.prune import JournalPrune, all_fragments, log_fields, prune_plans, unhinted_fragments
 
 log = logging.getLogger("gazctl")
 
@@ -120,14 +120,9 @@ def prune_command(
             return await map_bounded(logs, one)
 
         plans = settings.run(plan)
-        if not dry_run:
-            journal = needs_file_root(f for p in plans for f in p.aged)
-            if journal is not None and not file_root:
-                raise GazctlError(
-                    f"recovery log {journal} has fragments in a file:// store: pass --file-root"
-                    " (the directory of the brokers' --broker.file-root) to delete them"
-                )
-        total = asyncio.run(prune_plans(plans, file_root or "", dry_run=dry_run))
+        total = asyncio.run(
+            prune_plans(plans, file_root or "", dry_run=dry_run, what="recovery log", verb="delete")
+        )
         verb = "would prune" if dry_run else "pruned"
         sys.stderr.write(
             f"{verb} {total.fragments_pruned} of {total.fragments_total} fragments, {total.bytes_pruned} of"
