@@ -154,8 +154,11 @@ async def test_rebalancing_hands_a_primary_to_its_hot_standby_in_place(
 
         def balanced(s: dict[str, dict[int, tuple[str, int]]]) -> bool:
             owners = sorted(s.get(i, {}).get(0, ("", 0))[0] for i in shards)
+            # Slot by slot: right after the allocator's hand-off the new slot 0 still holds its
+            # STANDBY value and the old primary's slot its PRIMARY, until each replica reports.
             return owners == ["cons-r1", "cons-r2"] and all(
-                sorted(code for _, code in s.get(i, {}).values()) == [Code.STANDBY, Code.PRIMARY] for i in shards
+                sorted((slot > 0, code) for slot, (_, code) in s.get(i, {}).items())
+                == [(False, Code.PRIMARY), (True, Code.STANDBY)] for i in shards
             )
 
         found = await until(lambda: statuses(first), balanced, "one primary each, each with a STANDBY")
