@@ -12,11 +12,14 @@
 - errors: `ClientError` and its subclasses, one per non-OK status (e.g. `WrongAppendOffset`);
   `ConfigError` for an unusable address; all are `GazetteError`s (see `broker.errors`).
 - config: the broker address (the one given, `$BROKER_ADDRESS`, `http://localhost:8080`).
+- credentials: `Credentials` (a bearer token or auth keys, TLS files) a client presents;
+  `Credentials.from_env()` reads `BROKER_AUTH_TOKEN`, `BROKER_AUTH_KEYS` and the TLS variables.
 """
 
 from broker.client.append_service import AppendService, AsyncAppend
 from broker.client.appender import Appender, append, append_request
 from broker.client.config import DEFAULT_BROKER_ADDRESS, resolve_broker_address
+from broker.client.credentials import Credentials, TLSFiles
 from broker.client.dial import Dialer, JournalClient
 from broker.client.errors import (
     STATUS_ERRORS,
@@ -76,6 +79,7 @@ __all__ = [
     "AsyncAppend",
     "ClientError",
     "ConfigError",
+    "Credentials",
     "DependencyFailed",
     "Dialer",
     "EtcdTransactionFailed",
@@ -104,6 +108,7 @@ __all__ = [
     "ServiceClosed",
     "StatusError",
     "Suspended",
+    "TLSFiles",
     "TransportError",
     "UnexpectedEOF",
     "WrongAppendOffset",

@@ -13,6 +13,7 @@ from types import TracebackType
 import grpc
 
 from broker.client.config import dial_target, resolve_broker_address
+from broker.client.credentials import Credentials
 from broker.client.routes import RouteCache, primary_endpoint, read_endpoint
 from broker.protocol import pb, pb_grpc
 
@@ -33,19 +34,24 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 
 
 class Dialer:
-    """Hands out Journal stubs by endpoint URL (`http://host:port`, `https://...`, `unix://host/path`)."""
+    """Hands out Journal stubs by endpoint URL (`http://host:port`, `https://...`, `unix://host/path`),
+    presenting `credentials` (default: `Credentials.from_env()`, the `BROKER_*` variables): TLS
+    files to `https://` endpoints, and the token with every call."""
 
-    def __init__(self, options: list[tuple[str, int]] | None = None) -> None:
+    def __init__(self, options: list[tuple[str, int]] | None = None, credentials: Credentials | None = None) -> None:
         self.options = list(CHANNEL_OPTIONS if options is None else options)
+        self.credentials = Credentials.from_env() if credentials is None else credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.JournalStub] = {}
 
     def channel(self, endpoint: str) -> grpc.aio.Channel:
-        """The channel to `endpoint`, created on first use. Raises ConfigError for a bad URL."""
+        """The channel to `endpoint`, created on first use. Raises ConfigError for a bad URL or
+        TLS file."""
         channel = self._channels.get(endpoint)
         if channel is None:
             target = dial_target(endpoint)
             if target.tls:
-                creds = grpc.ssl_channel_credentials()
+                creds = self.credentials.tls.channel_credentials()
                 channel = grpc.aio.secure_channel(target.target, creds, options=self.options)
             else:
                 channel = grpc.aio.insecure_channel(target.target, options=self.options)
@@ -53,12 +59,17 @@ class Dialer:
         return channel
 
     def stub(self, endpoint: str) -> pb_grpc.JournalStub:
-        """A Journal stub on the channel to `endpoint`."""
-        return pb_grpc.JournalStub(self.channel(endpoint))
+        """The Journal stub of the channel to `endpoint` (its calls carry the token, if any)."""
+        stub = self._stubs.get(endpoint)
+        if stub is None:
+            stub = self.credentials.authorize(pb_grpc.JournalStub(self.channel(endpoint)))
+            self._stubs[endpoint] = stub
+        return stub
 
     async def close(self) -> None:
         """Close every channel; calls in flight fail with CANCELLED."""
         channels, self._channels = self._channels, {}
+        self._stubs = {}
         for channel in channels.values():
             await channel.close()
 
@@ -70,6 +81,7 @@ class JournalClient:
     `http://localhost:8080`). `zone` picks read replicas; `file_root` is where `file://`
     fragment URLs are rooted (the brokers' `--broker.file-root`, when shared). `routes=None`
     disables the route cache, so every request goes to `address` and brokers proxy it.
+    `credentials` (token, TLS files) default to the `BROKER_*` environment variables.
     """
 
     def __init__(
@@ -81,6 +93,7 @@ class JournalClient:
         routes: RouteCache | None = None,
         route_cache: bool = True,
         dialer: Dialer | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.address = resolve_broker_address(address)
         dial_target(self.address)  # Fail now, with a clear error, on a malformed address.
@@ -89,7 +102,7 @@ class JournalClient:
         self.routes: RouteCache | None = None
         if route_cache:
             self.routes = routes if routes is not None else RouteCache()
-        self.dialer = dialer or Dialer()
+        self.dialer = dialer or Dialer(credentials=credentials)
 
     def stub(self, endpoint: str | None = None) -> pb_grpc.JournalStub:
         """A stub of `endpoint`, or of the default address."""
