@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from broker.auth import Claims
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
 from broker.in_order import InOrder
@@ -57,9 +58,10 @@ def readable(spec: pb.JournalSpec) -> bool:
 class Append:
     """One Append RPC on the primary. Use `prepare()`, then `stream()` when `ready`."""
 
-    def __init__(self, state: BrokerState, req: pb.AppendRequest) -> None:
+    def __init__(self, state: BrokerState, req: pb.AppendRequest, claims: Claims | None = None) -> None:
         self.state = state
         self.req = req
+        self.claims = claims  # The caller's verified claims (None: no authorization configured).
         self.resolution: Resolution | None = None
         self.replica: Replica | None = None
         self.pipeline: Pipeline | None = None
@@ -84,6 +86,7 @@ class Append:
                 require_primary=True,
                 min_etcd_revision=self._min_revision,
                 proxy_header=self.req.header if self.req.HasField("header") else None,
+                claims=self.claims,
             )
             self.resolution = res
             if res.status == pb.SUSPENDED and self.req.suspend == AS.SUSPEND_RESUME:

@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from broker import logs
+from broker.auth import parse_keys
+from broker.errors import AuthError
 from broker.logs import LogFormat
 from broker.protocol import pb
 from broker.protocol.validation import (
@@ -125,6 +127,18 @@ def serve(
             help="Largest gRPC message the broker accepts, in bytes.",
         ),
     ] = 4 << 20,
+    auth_keys: Annotated[
+        str,
+        typer.Option(
+            "--broker.auth-keys", envvar="BROKER_AUTH_KEYS", show_default=False,
+            help=(
+                "Base64 keys, separated by whitespace or commas, that sign and verify authorization tokens: "
+                "with any, every RPC and HTTP request needs a token signed by one of them (the first signs the "
+                "broker's own calls to peers). The key AA== also admits requests without a token (for rolling "
+                "auth out). Mint tokens with `gazctl auth token`."
+            ),
+        ),
+    ] = "",
     etcd_address: Annotated[
         str,
         typer.Option(
@@ -187,6 +201,7 @@ def serve(
     broker_id = broker_id or _two_words()
     host = host or socket.gethostname()
     _check_identity(zone, broker_id, f"http://{host}:{port}", limit)
+    check_auth_keys(auth_keys, "--broker.auth-keys")
     logs.configure(log_level, log_format.value)
     keep_freed_memory()
     raise_open_file_limit()
@@ -196,9 +211,18 @@ def serve(
         max_replication=max_replication,
         max_grpc_recv_size=max_grpc_recv_size, etcd_address=etcd_address or None, etcd_prefix=etcd_prefix,
         etcd_port=etcd_port, etcd_peer_port=etcd_peer_port,
-        etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir,
+        etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir, auth_keys=auth_keys,
     )
     asyncio.run(_serve(config))
+
+
+def check_auth_keys(keys: str, flag: str) -> None:
+    """Refuse auth keys that do not decode, naming the flag."""
+    if keys:
+        try:
+            parse_keys(keys)
+        except AuthError as err:
+            raise typer.BadParameter(str(err), param_hint=flag) from None
 
 
 def _check_identity(zone: str, broker_id: str, endpoint: str, limit: int) -> None:

@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 import grpc
 
+from broker.client.credentials import Credentials
 from broker.protocol import pb_grpc
 
 # Peers forward whole appends and stream content: allow messages well past gRPC's 4 MiB default.
@@ -39,10 +40,13 @@ def grpc_target(endpoint: str) -> str:
 
 
 class PeerDialer:
-    """Hands out Journal stubs for peer endpoints, one channel per endpoint."""
+    """Hands out Journal stubs for peer endpoints, one channel per endpoint; with `credentials`,
+    every call carries the broker's own token (peers verify Replicate and proxied calls with it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials or Credentials()
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.JournalStub] = {}
 
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
@@ -52,7 +56,11 @@ class PeerDialer:
         return channel
 
     def stub(self, endpoint: str) -> pb_grpc.JournalStub:
-        return pb_grpc.JournalStub(self._channel(endpoint))
+        stub = self._stubs.get(endpoint)
+        if stub is None:
+            stub = self.credentials.authorize(pb_grpc.JournalStub(self._channel(endpoint)))
+            self._stubs[endpoint] = stub
+        return stub
 
     async def connected(self, endpoint: str, timeout: float) -> bool:
         """Whether a connection to `endpoint` is (or within `timeout` seconds becomes) ready."""
@@ -67,5 +75,6 @@ class PeerDialer:
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
+        self._stubs = {}
         for channel in channels.values():
             await channel.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from broker.auth import Claims
 from broker.errors import ReplicationError
 from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
@@ -28,7 +29,7 @@ pipeline and tries again."""
 
 
 async def serve_replicate(
-    state: BrokerState, requests: AsyncIterator[pb.ReplicateRequest]
+    state: BrokerState, requests: AsyncIterator[pb.ReplicateRequest], claims: Claims | None = None
 ) -> AsyncIterator[pb.ReplicateResponse]:
     """Yield one response per acknowledged proposal; the first also carries our header."""
     try:
@@ -40,7 +41,7 @@ async def serve_replicate(
         raise ReplicationError("expected first ReplicateRequest to have Header", first.deprecated_journal)
     journal = first.proposal.journal
     res = await state.resolver.resolve(
-        journal, may_proxy=False, require_primary=False, proxy_header=first.header
+        journal, may_proxy=False, require_primary=False, proxy_header=first.header, claims=claims
     )
     if res.status != pb.OK:
         yield pb.ReplicateResponse(status=res.status, header=res.header)  # type: ignore[arg-type]

@@ -12,9 +12,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from broker.auth import Claims
 from broker.keyspace import KeySpace
 from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
+from broker.protocol.labels import journal_label_set
 from broker.protocol.paths import journal_of
 from broker.replica import Replica
 
@@ -104,15 +106,17 @@ class Resolver:
         require_primary: bool,
         min_etcd_revision: int = 0,
         proxy_header: pb.Header | None = None,
+        claims: Claims | None = None,
     ) -> Resolution:
-        """Resolve `journal` once the mirror has reached the requested revision."""
+        """Resolve `journal` once the mirror has reached the requested revision. A journal the
+        caller's `claims` do not cover is JOURNAL_NOT_FOUND, as one that does not exist."""
         wait_for = max(min_etcd_revision, proxy_header.etcd.revision if proxy_header else 0)
         if wait_for > self.keyspace.revision:
             await self.keyspace.wait_for_revision(wait_for)
 
         name = journal_of(journal)
         item = self.keyspace.journals.get(name)
-        if item is None:
+        if item is None or not (claims is None or claims.authorizes(journal_label_set(item.spec))):
             return Resolution(pb.JOURNAL_NOT_FOUND, self.header())
         spec = item.spec
         route = self.keyspace.route(name)

@@ -16,6 +16,8 @@ from typing import Any
 
 import grpc
 
+from broker.auth import KeyedAuth
+from broker.client.credentials import Credentials
 from broker.gateway import HttpGateway
 from broker.keyspace import (
     Announcement,
@@ -68,6 +70,8 @@ class BrokerConfig:
     etcd_peer_port: int = 2380
     etcd_lease: float = 20.0
     watch_delay: float = 0.03
+    auth_keys: str = ""
+    """Base64 keys (whitespace or comma separated): with any, every RPC must carry a token they signed."""
     state_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "state" / "gazette")
 
     @property
@@ -111,6 +115,7 @@ class BrokerCore:
         max_append_rate: int = 0,
         min_append_rate: int = 0,
         max_replication: int = 9,
+        auth_keys: str = "",
     ) -> None:
         self.keyspace = keyspace
         self.local_id = local_id
@@ -124,7 +129,8 @@ class BrokerCore:
             root=root,
             keyspace=keyspace,
             resolver=self.resolver,
-            dialer=PeerDialer(),
+            # Peers sign their own calls with the cluster's keys (Replicate, proxied Read and Append).
+            dialer=PeerDialer(Credentials.of(keys=auth_keys) if auth_keys else None),
             max_append_rate=max_append_rate,
             min_append_rate=min_append_rate,
             max_replication=max_replication,
@@ -134,6 +140,7 @@ class BrokerCore:
             open_remote=self.persistence.open_remote,
             sign_url=self.persistence.sign_url,
             store_health=self.persistence.store_health,
+            auth=KeyedAuth(auth_keys) if auth_keys else None,
         )
 
     def broker_spec(self, endpoint: str, journal_limit: int) -> pb.BrokerSpec:
@@ -213,6 +220,7 @@ class Broker:
             max_append_rate=cfg.max_append_rate,
             min_append_rate=cfg.min_append_rate,
             max_replication=cfg.max_replication,
+            auth_keys=cfg.auth_keys,
         )
         self.persistence, self.resolver, self.state = core.persistence, core.resolver, core.state
         add_journal_service(core.service, self.grpc_server)

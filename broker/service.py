@@ -1,4 +1,10 @@
-"""The Journal gRPC service: List, Apply, Read, Append, Replicate, ListFragments, FragmentStoreHealth."""
+"""The Journal gRPC service: List, Apply, Read, Append, Replicate, ListFragments, FragmentStoreHealth.
+
+With auth keys configured (`auth`), every RPC first verifies its token for the capability it
+needs (Gazette's VerifiedJournalServer; UNAUTHENTICATED otherwise), and the token's selector
+decides which journals it sees: List omits the others, Read, Append, Replicate and ListFragments
+answer JOURNAL_NOT_FOUND for them, and Apply refuses to write them.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import grpc
 from broker import metrics
 from broker.append import Append, readable
 from broker.append_requests import ContentChunk, as_message, parse_append_request
+from broker.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.errors import BrokerError, PipelineError
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
@@ -89,8 +96,10 @@ class JournalService(pb_grpc.JournalServicer):
         open_remote: RemoteOpener | None = None,
         sign_url: URLSigner | None = None,
         store_health: StoreHealthCheck | None = None,
+        auth: KeyedAuth | None = None,
     ) -> None:
         self.state = state
+        self.auth = auth
         self.open_remote = open_remote
         self.sign_url = sign_url
         self.store_health = store_health
@@ -100,6 +109,7 @@ class JournalService(pb_grpc.JournalServicer):
     async def List(
         self, request: pb.ListRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ListResponse]:
+        claims = await verify_call(self.auth, context, Capability.LIST)
         try:
             validate_list_request(request)
         except ValidationError as exc:
@@ -111,11 +121,18 @@ class JournalService(pb_grpc.JournalServicer):
         last: tuple[int, int] | None = None
         # An empty selector matches every journal: skip building each one's label set.
         match_all = not selector.include.labels and not selector.exclude.labels
+        if claims is not None and claims.matches_all:
+            claims = None
         while True:
             journals = []
             for name in sorted(keyspace.journals):
                 item = keyspace.journals[name]
-                if match_all or labels.matches(selector, labels.journal_label_set(item.spec)):
+                if match_all and claims is None:
+                    selected = True
+                else:
+                    label_set = labels.journal_label_set(item.spec)
+                    selected = (match_all or labels.matches(selector, label_set)) and authorized(claims, label_set)
+                if selected:
                     journals.append(
                         pb.ListResponse.Journal(
                             spec=item.spec,
@@ -140,10 +157,12 @@ class JournalService(pb_grpc.JournalServicer):
     async def Apply(
         self, request: pb.ApplyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ApplyResponse:
+        claims = await verify_call(self.auth, context, Capability.APPLY)
         try:
             validate_apply_request(request)
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        await self._authorize_changes(context, claims, request)
         root = self.state.root
         compares, ops = [], []
         for change in request.changes:
@@ -173,11 +192,28 @@ class JournalService(pb_grpc.JournalServicer):
         header.etcd.revision = revision
         return pb.ApplyResponse(status=pb.OK, header=header)
 
+    @staticmethod
+    async def _authorize_changes(
+        context: grpc.aio.ServicerContext, claims: Claims | None, request: pb.ApplyRequest
+    ) -> None:
+        """Gazette's Apply authorization: an upsert's labels plus `name`, a delete's `name`, must
+        match the claims' selector."""
+        if claims is None or claims.matches_all:
+            return
+        for change in request.changes:
+            if change.HasField("upsert"):
+                name, label_set = change.upsert.name, labels.journal_label_set(change.upsert)
+            else:
+                name, label_set = change.delete, labels.label_set((labels.META_NAME, change.delete))
+            if not claims.authorizes(label_set):
+                await _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"not authorized to {name}")
+
     # --- Read --------------------------------------------------------------------------------
 
     async def Read(
         self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReadResponse]:
+        claims = await verify_call(self.auth, context, Capability.READ)
         try:
             validate_read_request(request)
         except ValidationError as exc:
@@ -188,6 +224,7 @@ class JournalService(pb_grpc.JournalServicer):
             require_primary=False,
             min_etcd_revision=request.min_etcd_revision,
             proxy_header=request.header if request.HasField("header") else None,
+            claims=claims,
         )
         if res.status == pb.OK and res.spec is not None and not readable(res.spec):
             res.status = pb.NOT_ALLOWED
@@ -229,6 +266,7 @@ class JournalService(pb_grpc.JournalServicer):
     async def Append(
         self, request_iterator: AsyncIterator[pb.AppendRequest | ContentChunk], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
+        claims = await verify_call(self.auth, context, Capability.APPEND)
         # Before anything else: a client whose append ends CANCELLED without it knows it was never begun.
         await context.send_initial_metadata(APPEND_BEGUN)
         try:
@@ -247,7 +285,7 @@ class JournalService(pb_grpc.JournalServicer):
         deadline = asyncio.get_running_loop().time() + PROXY_TIMEOUT
         forwarding = _Forwarding(first, request_iterator)
         while True:
-            append = Append(self.state, first)
+            append = Append(self.state, first, claims)
             try:
                 await append.prepare()
             except PipelineError as exc:
@@ -325,8 +363,10 @@ class JournalService(pb_grpc.JournalServicer):
     async def Replicate(
         self, request_iterator: AsyncIterator[pb.ReplicateRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReplicateResponse]:
+        # Peers sign their Replicate calls with the cluster's key: a client's token has no REPLICATE.
+        claims = await verify_call(self.auth, context, Capability.REPLICATE)
         try:
-            async for resp in serve_replicate(self.state, request_iterator):
+            async for resp in serve_replicate(self.state, request_iterator, claims):
                 yield resp
         except BrokerError as exc:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
@@ -336,6 +376,7 @@ class JournalService(pb_grpc.JournalServicer):
     async def ListFragments(
         self, request: pb.FragmentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FragmentsResponse:
+        claims = await verify_call(self.auth, context, Capability.READ)
         try:
             validate_fragments_request(request)
         except ValidationError as exc:
@@ -345,6 +386,7 @@ class JournalService(pb_grpc.JournalServicer):
             may_proxy=not request.do_not_proxy,
             require_primary=False,
             proxy_header=request.header if request.HasField("header") else None,
+            claims=claims,
         )
         if res.status == pb.OK and res.spec is not None and not readable(res.spec):
             res.status = pb.NOT_ALLOWED
@@ -383,6 +425,7 @@ class JournalService(pb_grpc.JournalServicer):
     async def FragmentStoreHealth(
         self, request: pb.FragmentStoreHealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.FragmentStoreHealthResponse:
+        await verify_call(self.auth, context, Capability.READ)
         try:
             validate_fragment_store_health_request(request)
         except ValidationError as exc:
