@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from gazctl.commands import attach_uuids, gitops, journals, pipelines, print_config, shards
-from gazctl.commands.common import BrokerAddressOption, GlobalOptions, LogFormatOption, LogLevelOption
+from gazctl.commands import attach_uuids, auth, gitops, journals, pipelines, print_config, shards
+from gazctl.commands.common import (
+    BrokerAddressOption,
+    BrokerAuthKeysOption,
+    BrokerAuthTokenOption,
+    ConsumerAuthKeysOption,
+    ConsumerAuthTokenOption,
+    GlobalOptions,
+    LogFormatOption,
+    LogLevelOption,
+    credential_options,
+)
 
 app = typer.Typer(
     name="gazctl",
@@ -16,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(journals.app, name="journals")
 app.add_typer(shards.app, name="shards")
+app.add_typer(auth.app, name="auth")
 attach_uuids.register(app)
 print_config.register(app)
 gitops.register(app)
@@ -28,9 +39,16 @@ def root(
     broker_address: BrokerAddressOption = None,
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
+    broker_auth_token: BrokerAuthTokenOption = None,
+    broker_auth_keys: BrokerAuthKeysOption = None,
+    consumer_auth_token: ConsumerAuthTokenOption = None,
+    consumer_auth_keys: ConsumerAuthKeysOption = None,
 ) -> None:
     """gazctl is a command-line tool for interacting with Gazette brokers."""
-    ctx.obj = GlobalOptions(broker_address, log_level, log_format)
+    ctx.obj = GlobalOptions(broker_address, log_level, log_format, credential_options(
+        broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
+        consumer_auth_token=consumer_auth_token, consumer_auth_keys=consumer_auth_keys,
+    ))
 
 
 def main() -> None:

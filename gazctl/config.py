@@ -1,7 +1,9 @@
 """gazctl's settings: each the first of its flag, its environment variable, the first `gazctl.ini`
 found (`./`, then `~/.config/gazette/`) and its default. Only the first INI file found is read,
 as Gazette's go-flags does. The broker address is `Address` in section `[journals.Broker]`; the
-consumer address of `gazctl shards` is `Address` in section `[shards.Consumer]`.
+consumer address of `gazctl shards` is `Address` in section `[shards.Consumer]`. Credentials
+(`resolve_credentials`) are keys `AuthToken`, `AuthKeys`, `CertFile`, `CertKeyFile` and
+`TrustedCAFile` of the same sections, after `$BROKER_AUTH_TOKEN` (`$CONSUMER_...`) and so on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.client.config import BROKER_ADDRESS_ENV, DEFAULT_BROKER_ADDRESS, DialTarget, dial_target
+from broker.client.credentials import Credentials
 from broker.errors import ConfigError
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "read_ini_option",
     "resolve_broker_address",
     "resolve_consumer_address",
+    "resolve_credentials",
     "resolve_option",
 ]
 
@@ -132,6 +136,38 @@ def resolve_consumer_address(
     `[shards.Consumer]` in the INI file, then the default; and where it came from."""
     return resolve_option(
         flag, CONSUMER_ADDRESS_ENV, CONSUMER_SECTION, ADDRESS_KEY, DEFAULT_CONSUMER_ADDRESS, env, cwd, home
+    )
+
+
+CREDENTIAL_SETTINGS = (
+    # (flag suffix, INI key, environment variable suffix), as Gazette's AddressConfig names them.
+    ("auth-token", "AuthToken", "AUTH_TOKEN"),
+    ("auth-keys", "AuthKeys", "AUTH_KEYS"),
+    ("cert-file", "CertFile", "CERT_FILE"),
+    ("cert-key-file", "CertKeyFile", "CERT_KEY_FILE"),
+    ("trusted-ca-file", "TrustedCAFile", "TRUSTED_CA_FILE"),
+)
+
+
+def resolve_credentials(
+    group: str,
+    flags: Mapping[str, str | None],
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Credentials:
+    """What gazctl presents to brokers (`group` "broker") or consumers ("consumer"): each setting
+    the first of its flag (`flags["broker.auth-token"]`...), `$BROKER_AUTH_TOKEN`..., its key in
+    `[journals.Broker]` (`[shards.Consumer]`) of the INI file. ConfigError for unusable keys."""
+    section = BROKER_SECTION if group == "broker" else CONSUMER_SECTION
+    values = {
+        flag: resolve_option(flags.get(f"{group}.{flag}"), f"{group.upper()}_{suffix}", section, key, "",
+                             env, cwd, home).value
+        for flag, key, suffix in CREDENTIAL_SETTINGS
+    }
+    return Credentials.of(
+        token=values["auth-token"], keys=values["auth-keys"], cert_file=values["cert-file"],
+        key_file=values["cert-key-file"], ca_file=values["trusted-ca-file"], what=group,
     )
 
 

@@ -97,10 +97,13 @@ def _location(endpoint: str, path: str) -> str | None:
 
 
 def rpc_error_status(err: grpc.aio.AioRpcError) -> int:
-    """The HTTP status of a failed call: 503 where a retry can succeed (a peer gone, a deadline),
+    """The HTTP status of a failed call: 401 for a token that is missing, does not verify or does
+    not grant the call (UNAUTHENTICATED), 503 where a retry can succeed (a peer gone, a deadline),
     else 500 as Gazette's gateway answers every RPC error."""
-    retryable = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    return 503 if err.code() in retryable else 500
+    code = err.code()
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return 401
+    return 503 if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) else 500
 
 
 def rpc_error_text(err: grpc.aio.AioRpcError) -> str:

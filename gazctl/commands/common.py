@@ -15,16 +15,17 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from broker import logs
-from broker.client import EtcdTransactionFailed, JournalClient, TransportError
+from broker.client import Credentials, EtcdTransactionFailed, JournalClient, TransportError
 from broker.errors import ConfigError, GazetteError
 from broker.logs import LogFormat
 from broker.protocol import pb
@@ -38,6 +39,7 @@ from gazctl.config import (
     DialTarget,
     Resolved,
     dial_target,
+    resolve_credentials,
     resolve_option,
 )
 from gazctl.errors import GazctlError
@@ -89,6 +91,34 @@ LogFormatOption = Annotated[
 ]
 
 
+
+def _credential_option(flag: str, env: str, section: str, key: str, help: str) -> Any:
+    return typer.Option(
+        flag, help=f"{help} [env: {env}; INI: \\[{section}] {key}]", show_default=False, rich_help_panel=GLOBAL_PANEL,
+    )
+
+
+BrokerAuthTokenOption = Annotated[
+    str | None,
+    _credential_option("--broker.auth-token", "BROKER_AUTH_TOKEN", BROKER_SECTION, "AuthToken",
+                       "Bearer token presented to brokers (see `gazctl auth token`)"),
+]
+BrokerAuthKeysOption = Annotated[
+    str | None,
+    _credential_option("--broker.auth-keys", "BROKER_AUTH_KEYS", BROKER_SECTION, "AuthKeys",
+                       "Base64 keys of the brokers' --broker.auth-keys, to sign tokens with (instead of a token)"),
+]
+ConsumerAuthTokenOption = Annotated[
+    str | None,
+    _credential_option("--consumer.auth-token", "CONSUMER_AUTH_TOKEN", "shards.Consumer", "AuthToken",
+                       "Bearer token presented to consumers (`gazctl shards`)"),
+]
+ConsumerAuthKeysOption = Annotated[
+    str | None,
+    _credential_option("--consumer.auth-keys", "CONSUMER_AUTH_KEYS", "shards.Consumer", "AuthKeys",
+                       "Base64 keys of the consumers' --consumer.auth-keys, to sign tokens with"),
+]
+
 SelectorOption = Annotated[
     str,
     typer.Option(
@@ -115,6 +145,25 @@ class GlobalOptions:
     broker_address: str | None = None
     log_level: LogLevel | None = None
     log_format: LogFormat | None = None
+    credentials: dict[str, str | None] = field(default_factory=dict)
+    """Credential flags by name without dashes (`broker.auth-token`, `consumer.auth-keys`...)."""
+
+
+def credentials(group: str) -> Credentials:
+    """The credentials gazctl presents to brokers (`group` "broker") or consumers ("consumer"):
+    flags given before the command, then environment variables, then the INI file."""
+    click_ctx = click.get_current_context(silent=True)
+    given = click_ctx.find_object(GlobalOptions) if click_ctx is not None else None
+    return resolve_credentials(group, given.credentials if given is not None else {})
+
+
+def credential_options(**flags: str | None) -> dict[str, str | None]:
+    """The root command's credential flags (keyword `broker_auth_token` -> `broker.auth-token`)."""
+    out: dict[str, str | None] = {}
+    for name, value in flags.items():
+        group, _, rest = name.partition("_")
+        out[f"{group}.{rest.replace('_', '-')}"] = value
+    return out
 
 
 LOG_SECTION = "Log"
@@ -129,6 +178,7 @@ class Settings:
     broker_address: Resolved
     log_level: Resolved
     log_format: Resolved
+    credentials: Credentials = field(default_factory=Credentials)
 
     @property
     def address(self) -> str:
@@ -136,7 +186,7 @@ class Settings:
 
     def client(self, *, file_root: str | None = None, route_cache: bool = False) -> JournalClient:
         """A JournalClient of the resolved broker. As Gazette's gazctl, without a route cache the broker proxies."""
-        return JournalClient(self.address, file_root=file_root, route_cache=route_cache)
+        return JournalClient(self.address, file_root=file_root, route_cache=route_cache, credentials=self.credentials)
 
     def run(self, work: Callable[[JournalClient], Awaitable[T]], *, file_root: str | None = None) -> T:
         """Run `work` with a client in a fresh event loop, closing the client after; return its result."""
@@ -167,7 +217,7 @@ def setup(
         broker_address or given.broker_address, BROKER_ADDRESS_ENV, BROKER_SECTION, ADDRESS_KEY, DEFAULT_BROKER_ADDRESS
     )
     log.debug("resolved broker address", extra={"address": address.value, "source": address.source})
-    return Settings(dial_target(address.value), address, level, fmt)
+    return Settings(dial_target(address.value), address, level, fmt, credentials("broker"))
 
 
 @contextmanager

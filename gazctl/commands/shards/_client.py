@@ -23,7 +23,7 @@ from broker.protocol import pb as bpb
 from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb, pb_grpc
 from consumer.protocol.validation import validate_list_request
-from gazctl.commands.common import GLOBAL_PANEL
+from gazctl.commands.common import GLOBAL_PANEL, credentials
 from gazctl.config import resolve_consumer_address
 from gazctl.errors import GazctlError
 
@@ -172,13 +172,14 @@ def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -
     except ConfigError as err:
         raise ConfigError(str(err).replace("invalid broker address", "invalid consumer address")) from None
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_SIZE)]
+    creds = credentials("consumer")
 
     async def main() -> T:
         if target.tls:
-            channel = grpc.aio.secure_channel(target.target, grpc.ssl_channel_credentials(), options=options)
+            channel = grpc.aio.secure_channel(target.target, creds.tls.channel_credentials(), options=options)
         else:
             channel = grpc.aio.insecure_channel(target.target, options=options)
         async with channel:
-            return await work(ShardClient(address.value, pb_grpc.ShardStub(channel)))
+            return await work(ShardClient(address.value, creds.authorize(pb_grpc.ShardStub(channel))))
 
     return asyncio.run(main())
