@@ -26,8 +26,13 @@
   cleanly), and each recovery stores its hints at `.backup.0`, rotating older backups.
 
 Invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
-the broker's (`broker.rpc_decoding.tolerant`). Authorization claims are not implemented: every
-caller may do everything (as the broker without `--broker.auth-keys`).
+the broker's (`broker.rpc_decoding.tolerant`).
+
+With auth keys (`--consumer.auth-keys`), every RPC first verifies its token (UNAUTHENTICATED
+otherwise): Stat and GetHints need READ, List LIST, Apply and Unassign APPLY; the token's selector,
+matched against a shard's labels plus `id`, hides the shards it does not cover (List omits them,
+Stat and GetHints answer SHARD_NOT_FOUND) and Apply and Unassign refuse them ("not authorized to
+<id>"). Stat proxied to a peer carries this process's own token.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
+from broker.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.client.config import dial_target
+from broker.client.credentials import Credentials
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.protocol import labels
 from broker.protocol import pb as bpb
@@ -78,13 +85,19 @@ async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, messa
 class ShardAPI(pb_grpc.ShardServicer):
     """The `consumer.Shard` service of one consumer process."""
 
-    def __init__(self, service: ConsumerService) -> None:
+    def __init__(
+        self, service: ConsumerService, auth: KeyedAuth | None = None, peer_credentials: Credentials | None = None
+    ) -> None:
         self.service = service
+        self.auth = auth
+        self.peer_credentials = peer_credentials or Credentials()
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, pb_grpc.ShardStub] = {}
 
     async def close(self) -> None:
         """Close the channels opened to proxy Stat to peers."""
         channels, self._channels = self._channels, {}
+        self._stubs = {}
         for channel in channels.values():
             await channel.close()
 
@@ -99,15 +112,29 @@ class ShardAPI(pb_grpc.ShardServicer):
         return header
 
     def _peer(self, endpoint: str) -> pb_grpc.ShardStub:
-        channel = self._channels.get(endpoint)
-        if channel is None:
+        stub = self._stubs.get(endpoint)
+        if stub is None:
             target = dial_target(endpoint)
             if target.tls:
-                channel = grpc.aio.secure_channel(target.target, grpc.ssl_channel_credentials())
+                creds = self.peer_credentials.tls.channel_credentials()
+                channel = grpc.aio.secure_channel(target.target, creds)
             else:
                 channel = grpc.aio.insecure_channel(target.target)
             self._channels[endpoint] = channel
-        return pb_grpc.ShardStub(channel)
+            stub = self._stubs[endpoint] = self.peer_credentials.authorize(pb_grpc.ShardStub(channel))
+        return stub
+
+    def _visible(self, claims: Claims | None, shard_id: str) -> bool:
+        """Whether the shard exists and `claims` cover it."""
+        item = self.service.keyspace.items.get(shard_id)
+        return item is not None and authorized(claims, label_set_ext(item.spec))
+
+    @staticmethod
+    async def _authorize(
+        context: grpc.aio.ServicerContext, claims: Claims | None, shard_id: str, label_set: bpb.LabelSet
+    ) -> None:
+        if not authorized(claims, label_set):
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"not authorized to {shard_id}")
 
     async def _commit(
         self, context: grpc.aio.ServicerContext, what: str, compares: list[Any], ops: list[Any]
@@ -129,6 +156,9 @@ class ShardAPI(pb_grpc.ShardServicer):
     # -- RPCs -----------------------------------------------------------------------------------
 
     async def List(self, request: pb.ListRequest, context: grpc.aio.ServicerContext) -> pb.ListResponse:
+        claims = await verify_call(self.auth, context, Capability.LIST)
+        if claims is not None and claims.matches_all:
+            claims = None
         try:
             validate_list_request(request)
         except ValidationError as exc:
@@ -139,8 +169,10 @@ class ShardAPI(pb_grpc.ShardServicer):
         response = pb.ListResponse(status=pb.OK, header=self._unrouted_header())
         for shard_id in sorted(keyspace.items):
             item = keyspace.items[shard_id]
-            if not match_all and not labels.matches(selector, label_set_ext(item.spec)):
-                continue
+            if not match_all or claims is not None:
+                label_set = label_set_ext(item.spec)
+                if not (match_all or labels.matches(selector, label_set)) or not authorized(claims, label_set):
+                    continue
             shard = response.shards.add(
                 spec=item.spec, mod_revision=item.mod_revision, create_revision=item.create_revision,
                 route=keyspace.route(shard_id),
@@ -150,10 +182,13 @@ class ShardAPI(pb_grpc.ShardServicer):
         return response
 
     async def Stat(self, request: pb.StatRequest, context: grpc.aio.ServicerContext) -> pb.StatResponse:
+        claims = await verify_call(self.auth, context, Capability.READ)
         try:
             validate_stat_request(request)
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if claims is not None and not self._visible(claims, request.shard):
+            return pb.StatResponse(status=pb.SHARD_NOT_FOUND, header=self._unrouted_header())
         proxied = request.HasField("header")
         loop = asyncio.get_running_loop()
         remaining = context.time_remaining()
@@ -242,6 +277,7 @@ class ShardAPI(pb_grpc.ShardServicer):
         return response
 
     async def Apply(self, request: pb.ApplyRequest, context: grpc.aio.ServicerContext) -> pb.ApplyResponse:
+        claims = await verify_call(self.auth, context, Capability.APPLY)
         try:
             validate_apply_request(request)
         except ValidationError as exc:
@@ -251,6 +287,10 @@ class ShardAPI(pb_grpc.ShardServicer):
         ops: list[Any] = []
         for change in request.changes:
             shard_id = change.upsert.id if change.HasField("upsert") else change.delete
+            if claims is not None:
+                # Gazette's: an upsert by all its labels (and id), a delete by its id.
+                upserted = label_set_ext(change.upsert) if change.HasField("upsert") else None
+                await self._authorize(context, claims, shard_id, upserted or _id_labels(shard_id))
             key = item_key(root, shard_id)
             if change.expect_mod_revision != -1:
                 compares.append(compare_mod(key, change.expect_mod_revision))
@@ -268,10 +308,14 @@ class ShardAPI(pb_grpc.ShardServicer):
         return pb.ApplyResponse(status=pb.OK, header=header)
 
     async def Unassign(self, request: pb.UnassignRequest, context: grpc.aio.ServicerContext) -> pb.UnassignResponse:
+        claims = await verify_call(self.auth, context, Capability.APPLY)
         try:
             validate_unassign_request(request)
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if claims is not None:
+            for shard_id in request.shards:
+                await self._authorize(context, claims, shard_id, _id_labels(shard_id))
         keyspace = self.service.keyspace
         compares: list[Any] = []
         ops: list[Any] = []
@@ -293,13 +337,14 @@ class ShardAPI(pb_grpc.ShardServicer):
         return pb.UnassignResponse(status=pb.OK, shards=unassigned)
 
     async def GetHints(self, request: pb.GetHintsRequest, context: grpc.aio.ServicerContext) -> pb.GetHintsResponse:
+        claims = await verify_call(self.auth, context, Capability.READ)
         try:
             validate_get_hints_request(request)
         except ValidationError as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         header = self._unrouted_header()
         item = self.service.keyspace.items.get(request.shard)
-        if item is None:
+        if item is None or not authorized(claims, label_set_ext(item.spec)):
             return pb.GetHintsResponse(status=pb.SHARD_NOT_FOUND, header=header)
         try:
             fetched = await fetch_hints(self.service.etcd, item.spec)
@@ -310,6 +355,10 @@ class ShardAPI(pb_grpc.ShardServicer):
             for h in fetched.hints
         ]
         return pb.GetHintsResponse(status=pb.OK, header=header, primary_hints=found[0], backup_hints=found[1:])
+
+
+def _id_labels(shard_id: str) -> bpb.LabelSet:
+    return labels.label_set(("id", shard_id))
 
 
 def add_shard_service(api: ShardAPI, server: grpc.aio.Server) -> None:

@@ -128,6 +128,28 @@ def consume(
         str,
         typer.Option("--broker.address", envvar="BROKER_ADDRESS", help="Broker to read and publish through."),
     ] = "http://localhost:8080",
+    auth_keys: Annotated[
+        str,
+        typer.Option(
+            "--consumer.auth-keys", envvar="CONSUMER_AUTH_KEYS", show_default=False,
+            help="Base64 keys (whitespace or comma separated): with any, Shard API calls need a token signed by "
+            "one of them (`gazctl auth token --keys ...`); the first signs calls proxied to peers.",
+        ),
+    ] = "",
+    broker_auth_token: Annotated[
+        str,
+        typer.Option(
+            "--broker.auth-token", envvar="BROKER_AUTH_TOKEN", show_default=False,
+            help="Bearer token presented to brokers started with --broker.auth-keys.",
+        ),
+    ] = "",
+    broker_auth_keys: Annotated[
+        str,
+        typer.Option(
+            "--broker.auth-keys", envvar="BROKER_AUTH_KEYS", show_default=False,
+            help="The brokers' --broker.auth-keys, to sign the consumer's tokens with (not with --broker.auth-token).",
+        ),
+    ] = "",
     etcd_address: Annotated[
         str,
         typer.Option(
@@ -171,6 +193,8 @@ def consume(
         raise typer.BadParameter(
             f"{etcd_prefix!r} must start with '/' and not end with one", param_hint="--etcd.prefix"
         )
+    broker_cli.check_auth_keys(auth_keys, "--consumer.auth-keys")
+    broker_cli.check_auth_keys(broker_auth_keys, "--broker.auth-keys")
     try:
         application_object = load_application(application)
     except ApplicationLoadError as err:
@@ -182,7 +206,8 @@ def consume(
         max_hot_standbys=max_hot_standbys, max_grpc_recv_size=max_grpc_recv_size,
         broker_address=broker_address, etcd_address=etcd_address,
         etcd_prefix=etcd_prefix or default_prefix(application_object), etcd_lease=etcd_lease,
-        watch_delay=watch_delay, hints_interval=hints_interval,
+        watch_delay=watch_delay, hints_interval=hints_interval, auth_keys=auth_keys,
+        broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
     )
     code = asyncio.run(_consume(config, application_object))
     raise typer.Exit(code)

@@ -42,7 +42,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.client import JournalClient
+from broker.auth import KeyedAuth
+from broker.client import Credentials, JournalClient
 from broker.gateway import HttpGateway
 from broker.gateway.app_routes import RouteTable
 from broker.keyspace import open_etcd
@@ -193,6 +194,11 @@ class ConsumerConfig:
     watch_delay: float = 0.03
     hints_interval: float = HINTS_INTERVAL
     exit_timeout: float = EXIT_TIMEOUT
+    auth_keys: str = ""
+    """`--consumer.auth-keys`: with any, Shard API calls need a token they signed (the first signs peer calls)."""
+    broker_auth_token: str = ""
+    broker_auth_keys: str = ""
+    """What the consumer presents to brokers (`--broker.auth-token`, `--broker.auth-keys`; else `$BROKER_AUTH_*`)."""
 
     @property
     def endpoint(self) -> str:
@@ -233,7 +239,10 @@ class ConsumerProcess:
             cfg.etcd_prefix = default_prefix(self.app)
         # With an address, open_etcd only connects (a consumer never embeds an etcd).
         self.etcd = await open_etcd(cfg.etcd_address, Path(self._runtime_dir), log)
-        self.journal_client = JournalClient(cfg.broker_address)
+        broker_credentials = None
+        if cfg.broker_auth_token or cfg.broker_auth_keys:
+            broker_credentials = Credentials.of(token=cfg.broker_auth_token, keys=cfg.broker_auth_keys)
+        self.journal_client = JournalClient(cfg.broker_address, credentials=broker_credentials)
 
         # The port is bound before announcing (the advertised endpoint is real), and accepts
         # connections once the service has started.
@@ -253,7 +262,10 @@ class ConsumerProcess:
             lease_ttl=cfg.etcd_lease, max_replication=cfg.max_hot_standbys + 1, watch_delay=cfg.watch_delay,
             exit_timeout=cfg.exit_timeout, hints_interval=cfg.hints_interval,
         )
-        self.api = ShardAPI(self.service)
+        self.api = ShardAPI(
+            self.service, auth=KeyedAuth(cfg.auth_keys) if cfg.auth_keys else None,
+            peer_credentials=Credentials.of(keys=cfg.auth_keys, what="consumer") if cfg.auth_keys else None,
+        )
         add_shard_service(self.api, self.grpc_server)
         await self._init_application()
         await self.grpc_server.start()
