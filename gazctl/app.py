@@ -6,6 +6,7 @@ import typer
 
 from gazctl.commands import attach_uuids, auth, gitops, journals, pipelines, print_config, shards
 from gazctl.commands.common import (
+    CREDENTIAL_FLAGS,
     BrokerAddressOption,
     BrokerAuthKeysOption,
     BrokerAuthTokenOption,
@@ -45,7 +46,8 @@ def root(
     consumer_auth_keys: ConsumerAuthKeysOption = None,
 ) -> None:
     """gazctl is a command-line tool for interacting with Gazette brokers."""
-    ctx.obj = GlobalOptions(broker_address, log_level, log_format, credential_options(
+    ctx.obj = GlobalOptions(broker_address, log_level, log_format)
+    CREDENTIAL_FLAGS.set(credential_options(
         broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
         consumer_auth_token=consumer_auth_token, consumer_auth_keys=consumer_auth_keys,
     ))

@@ -17,7 +17,7 @@ import typer
 from broker.auth import Capability, Claims, KeyedAuth, capability_names, parse_capabilities, selector_json
 from broker.errors import AuthError, ConfigError
 from broker.specs.durations import DurationError, parse_duration
-from gazctl.commands.common import GlobalOptions, parse_list_selector, reported
+from gazctl.commands.common import CREDENTIAL_FLAGS, parse_list_selector, reported
 from gazctl.config import BROKER_SECTION, resolve_option
 from gazctl.errors import GazctlError
 
@@ -27,7 +27,6 @@ app = typer.Typer(help="Authorization tokens for brokers and consumers started w
 
 @app.command("token")
 def token_command(
-    ctx: typer.Context,
     selector: Annotated[
         str,
         typer.Option(
@@ -74,7 +73,7 @@ def token_command(
         try:
             cap = parse_capabilities(",".join(capability))
             seconds = _parse_ttl(ttl)
-            auth = KeyedAuth(_keys(ctx, keys))
+            auth = KeyedAuth(_keys(keys))
         except AuthError as err:
             raise GazctlError(str(err)) from None
         if cap == Capability.NONE:
@@ -87,9 +86,8 @@ def token_command(
             sys.stderr.write(json.dumps(described) + "\n")
 
 
-def _keys(ctx: typer.Context, flag: str | None) -> str:
-    given = ctx.find_object(GlobalOptions)
-    from_root = given.credentials.get("broker.auth-keys") if given is not None else None
+def _keys(flag: str | None) -> str:
+    from_root = CREDENTIAL_FLAGS.get().get("broker.auth-keys")
     resolved = resolve_option(flag or from_root, "BROKER_AUTH_KEYS", BROKER_SECTION, "AuthKeys", "")
     if not resolved.value:
         raise ConfigError(

@@ -13,13 +13,14 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
+from types import MappingProxyType
 from typing import Annotated, Any, TypeVar
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -145,16 +146,19 @@ class GlobalOptions:
     broker_address: str | None = None
     log_level: LogLevel | None = None
     log_format: LogFormat | None = None
-    credentials: dict[str, str | None] = field(default_factory=dict)
-    """Credential flags by name without dashes (`broker.auth-token`, `consumer.auth-keys`...)."""
+
+
+CREDENTIAL_FLAGS: ContextVar[Mapping[str, str | None]] = ContextVar(
+    "gazctl_credential_flags", default=MappingProxyType({})
+)
+"""The credential flags of the running command line (set by the root command, read wherever a
+command dials: they are given before the command, and commands dial deep in their helpers)."""
 
 
 def credentials(group: str) -> Credentials:
     """The credentials gazctl presents to brokers (`group` "broker") or consumers ("consumer"):
     flags given before the command, then environment variables, then the INI file."""
-    click_ctx = click.get_current_context(silent=True)
-    given = click_ctx.find_object(GlobalOptions) if click_ctx is not None else None
-    return resolve_credentials(group, given.credentials if given is not None else {})
+    return resolve_credentials(group, CREDENTIAL_FLAGS.get())
 
 
 def credential_options(**flags: str | None) -> dict[str, str | None]:
