@@ -294,7 +294,7 @@ def test_the_allow_missing_key_admits_requests_without_a_token(etcd_endpoint: st
         proc.wait_ready()
         channel, stub = proc.stub()
         with channel:
-            assert list(stub.List(pb.ListRequest()))[0].status == pb.OK  # No token: admitted.
+            assert next(iter(stub.List(pb.ListRequest()))).status == pb.OK  # No token: admitted.
             forged = token(Capability.ALL, auth=KeyedAuth(OTHER_KEY))
             expect_code(lambda: list(stub.List(pb.ListRequest(), metadata=bearer(forged))), UNAUTHENTICATED,
                         "signature is invalid")  # A token that is presented must still verify.
