@@ -167,7 +167,8 @@ async def connect_etcd(
     host: str, port: int, timeout: float, credentials: grpc.ChannelCredentials | None = None
 ) -> Any:
     """An aetcd client of the etcd at host:port (over TLS with `credentials`), once it answers;
-    EtcdUnavailableError after `timeout`, with the last error (a TLS one names its cause)."""
+    EtcdUnavailableError after `timeout`, or at once when the TLS handshake fails, with the last
+    error (a TLS one names its cause)."""
     deadline = time.monotonic() + timeout
     while True:
         client = etcd_client(host, port, credentials)
@@ -176,11 +177,13 @@ async def connect_etcd(
         if error is None:
             return client
         await client.close()
-        if time.monotonic() + 0.2 >= deadline:
+        # A failed handshake is an answer: a certificate refused now is refused on every retry.
+        if time.monotonic() + 0.2 >= deadline or (credentials is not None and "handshake failed" in error.lower()):
             scheme = "https" if credentials is not None else "http"
             tls = ", --etcd.cert-file, --etcd.cert-key-file, --etcd.trusted-ca-file" if credentials is not None else ""
             raise EtcdUnavailableError(
-                f"etcd at {scheme}://{host}:{port} did not answer within {timeout:g}s "
+                f"etcd at {scheme}://{host}:{port} did not answer "
+                f"{'over TLS' if 'handshake failed' in error.lower() else f'within {timeout:g}s'} "
                 f"(last error: {' '.join(error.split())}); "
                 f"check --etcd.address (ETCD_ADDRESS){tls} and that etcd is running"
             )
