@@ -9,7 +9,8 @@ and a file that cannot be used is a ConfigError naming its flag, the file and wh
 
 `check_client_files` does the same checks for the PEM files a process presents as a client
 (`--broker.peer-*`, `--etcd.*`), so that a bad one stops it at startup rather than failing every
-later connection.
+later connection. Both raise `TLSFileError`, a ConfigError carrying the flag apart from the
+problem, so that a command line reports it as any other invalid flag value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.errors import ConfigError
+
+
+class TLSFileError(ConfigError):
+    """A TLS file that cannot be used: `flag` names its option, `problem` what is wrong."""
+
+    def __init__(self, flag: str, problem: str) -> None:
+        super().__init__(f"{flag}: {problem}")
+        self.flag = flag
+        self.problem = problem
+
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 """What the public port offers in ALPN: gRPC needs `h2`; HTTP/1.1 clients pick `http/1.1`."""
@@ -43,10 +54,8 @@ class ServerTLS:
         """The server context of these files; ConfigError for a missing, unreadable or mismatched one."""
         if not self.cert_file or not self.key_file:
             missing = "-cert-file" if not self.cert_file else "-cert-key-file"
-            raise ConfigError(
-                f"{self.flag}{missing} is required for TLS (given: "
-                + ", ".join(f"{self.flag}{suffix}" for suffix, value in self._files() if value) + ")"
-            )
+            given = ", ".join(f"{self.flag}{suffix}" for suffix, value in self._files() if value)
+            raise TLSFileError(f"{self.flag}{missing}", f"required for TLS (given: {given})")
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_alpn_protocols(ALPN_PROTOCOLS)
@@ -67,7 +76,8 @@ def check_client_files(cert_file: str, key_file: str, ca_file: str, flags: tuple
     "--etcd.trusted-ca-file")`.
     """
     if bool(cert_file) != bool(key_file):
-        raise ConfigError(f"{flags[0]} and {flags[1]} go together: a client certificate needs its key")
+        missing, given = (flags[1], flags[0]) if cert_file else (flags[0], flags[1])
+        raise TLSFileError(missing, f"required with {given} (a client certificate and its key go together)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if cert_file:
         load_cert_chain(ctx, cert_file, key_file, flags[0], flags[1])
@@ -93,13 +103,13 @@ def load_cert_chain(ctx: ssl.SSLContext, cert_file: str, key_file: str, cert_fla
     except ssl.SSLError as exc:
         reason = exc.reason or ""
         if reason == "KEY_VALUES_MISMATCH":
-            raise ConfigError(
-                f"{key_flag} {key_file} is not the key of the certificate in {cert_flag} {cert_file}"
+            raise TLSFileError(
+                key_flag, f"{key_file} is not the key of the certificate in {cert_file} ({cert_flag})"
             ) from None
         if not _is_pem(cert_file, "CERTIFICATE"):
-            raise ConfigError(f"{cert_flag} {cert_file} holds no PEM certificate") from None
-        raise ConfigError(
-            f"{key_flag} {key_file} holds no PEM private key usable with {cert_file} ({reason or exc})"
+            raise TLSFileError(cert_flag, f"{cert_file} holds no PEM certificate") from None
+        raise TLSFileError(
+            key_flag, f"{key_file} holds no PEM private key usable with {cert_file} ({reason or exc})"
         ) from None
 
 
@@ -109,9 +119,9 @@ def load_ca(ctx: ssl.SSLContext, ca_file: str, flag: str) -> None:
     try:
         ctx.load_verify_locations(cafile=ca_file)
     except ssl.SSLError as exc:
-        raise ConfigError(f"{flag} {ca_file} holds no PEM CA certificate ({exc.reason or exc})") from None
+        raise TLSFileError(flag, f"{ca_file} holds no PEM CA certificate ({exc.reason or exc})") from None
     if not _is_pem(ca_file, "CERTIFICATE"):
-        raise ConfigError(f"{flag} {ca_file} holds no PEM CA certificate")
+        raise TLSFileError(flag, f"{ca_file} holds no PEM CA certificate")
 
 
 def _readable(path: str, flag: str) -> None:
@@ -119,7 +129,7 @@ def _readable(path: str, flag: str) -> None:
         with open(path, "rb"):
             pass
     except OSError as exc:
-        raise ConfigError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
+        raise TLSFileError(flag, f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _is_pem(path: str, kind: str) -> bool:
@@ -129,4 +139,4 @@ def _is_pem(path: str, kind: str) -> bool:
         return False
 
 
-__all__ = ["ALPN_PROTOCOLS", "ServerTLS", "check_client_files", "client_context"]
+__all__ = ["ALPN_PROTOCOLS", "ServerTLS", "TLSFileError", "check_client_files", "client_context"]

@@ -136,14 +136,14 @@ def test_server_files_are_checked(pki: PKI, tmp_path: Path) -> None:
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("hello\n")
     cases = [
-        (ServerTLS(str(missing), str(pki.server_key)), "cannot read --broker.server-cert-file"),
-        (ServerTLS(str(pki.server_cert), str(missing)), "cannot read --broker.server-cert-key-file"),
+        (ServerTLS(str(missing), str(pki.server_key)), "--broker.server-cert-file: cannot read"),
+        (ServerTLS(str(pki.server_cert), str(missing)), "--broker.server-cert-key-file: cannot read"),
         (ServerTLS(str(pki.server_cert), str(pki.client_key)), "is not the key of the certificate"),
         (ServerTLS(str(not_pem), str(pki.server_key)), "holds no PEM certificate"),
         (ServerTLS(str(pki.server_cert), str(not_pem)), "holds no PEM private key"),
         (ServerTLS(str(pki.server_cert), str(pki.server_key), str(not_pem)), "--broker.server-ca-file"),
-        (ServerTLS(str(pki.server_cert), "", flag="--consumer.server"), "--consumer.server-cert-key-file is required"),
-        (ServerTLS("", "", str(pki.ca)), "--broker.server-cert-file is required"),
+        (ServerTLS(str(pki.server_cert), "", flag="--consumer.server"), "--consumer.server-cert-key-file: required"),
+        (ServerTLS("", "", str(pki.ca)), "--broker.server-cert-file: required"),
     ]
     for tls, expected in cases:
         with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
