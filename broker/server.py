@@ -19,6 +19,7 @@ import grpc
 from broker.auth import KeyedAuth
 from broker.client.credentials import Credentials
 from broker.gateway import HttpGateway
+from broker.gateway.local import LocalJournalStub
 from broker.keyspace import (
     Announcement,
     KeySpace,
@@ -224,6 +225,8 @@ class Broker:
         )
         self.persistence, self.resolver, self.state = core.persistence, core.resolver, core.state
         add_journal_service(core.service, self.grpc_server)
+        # The gateway calls the service in-process rather than through a gRPC round trip.
+        self.gateway.stub = LocalJournalStub(core.service)
         await self.grpc_server.start()
 
         self.announcement = Announcement(

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
+from typing import Any
 
 import grpc
 import h11
@@ -43,7 +44,8 @@ class HeaderTooLarge(Exception):
 
 
 class HttpGateway:
-    """Serves HTTP/1.1 connections on behalf of the Journal service reached through `channel`.
+    """Serves HTTP/1.1 connections on behalf of the Journal service reached through `channel`
+    (or through `stub`, once set: a broker sets a `LocalJournalStub` of its own service).
 
     `ready` says whether `/debug/ready` answers 200. `endpoint_of` gives the endpoint of a route
     member, for the `Location` header of routes that carry no endpoints.
@@ -56,7 +58,8 @@ class HttpGateway:
         self, channel: grpc.aio.Channel, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
         routes: RouteTable | None = None,
     ) -> None:
-        self._stub = pb_grpc.JournalStub(channel)
+        self.stub: Any = pb_grpc.JournalStub(channel)
+        """What GET, HEAD and PUT call `Read` and `Append` of."""
         self._ready = ready
         self._endpoint_of = endpoint_of
         self.routes = routes
@@ -125,9 +128,9 @@ class HttpGateway:
             await conn.error(400, str(err))
             return
         if method == "PUT":
-            await serve_append(self._stub, conn, path, query, metadata, self._endpoint_of)
+            await serve_append(self.stub, conn, path, query, metadata, self._endpoint_of)
         else:
-            await serve_read(self._stub, conn, method, path, query, metadata, self._endpoint_of)
+            await serve_read(self.stub, conn, method, path, query, metadata, self._endpoint_of)
 
 
     async def _serve_route(

@@ -1,0 +1,178 @@
+"""The broker's own Journal service called in-process, in the shape of a grpc.aio stub.
+
+The HTTP gateway answers GET, HEAD and PUT through Read and Append calls. In Gazette it calls the
+broker's gRPC loopback; a gRPC round trip through grpc.aio costs more than the append it carries,
+so a broker's gateway calls its `JournalService` directly: `LocalJournalStub(service)` offers the
+`Read(request, metadata=...)` and `Append(metadata=...)` the gateway uses, with grpc.aio's call
+semantics (`read()` to `grpc.aio.EOF`, `write()`, `done_writing()`, `await call`, `cancel()`),
+and a handler's `context.abort(code, details)` (or an unexpected exception, as INTERNAL) raised
+as `grpc.aio.AioRpcError`. The request's metadata (its `authorization`) is the handler's
+`invocation_metadata()`, so authorization is checked as for any gRPC caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import grpc
+
+from broker.protocol import pb
+
+if TYPE_CHECKING:
+    from broker.service import JournalService
+
+log = logging.getLogger(__name__)
+
+Metadata = Sequence[tuple[str, str]]
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class LocalContext:
+    """The part of `grpc.aio.ServicerContext` the Journal handlers use."""
+
+    def __init__(self, metadata: Metadata | None) -> None:
+        self._metadata = tuple(metadata or ())
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    async def send_initial_metadata(self, _metadata: Any) -> None:
+        pass
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", _trailing: Any = None) -> NoReturn:
+        raise _Aborted(code, details)
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+def _rpc_error(exc: BaseException, method: str) -> grpc.aio.AioRpcError:
+    """The AioRpcError a gRPC client would have seen for a handler's exception."""
+    empty = grpc.aio.Metadata()
+    if isinstance(exc, _Aborted):
+        return grpc.aio.AioRpcError(exc.code, empty, empty, exc.details)
+    log.warning("in-process %s failed: %s: %s", method, type(exc).__name__, exc)
+    log.debug("in-process %s failure", method, exc_info=exc)
+    return grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, empty, empty, f"{type(exc).__name__}: {exc}")
+
+
+class LocalReadCall:
+    """A Read in progress: `await read()` gives each ReadResponse, then `grpc.aio.EOF`."""
+
+    def __init__(self, responses: AsyncIterator[pb.ReadResponse]) -> None:
+        self._responses = responses
+        self._done = False
+
+    async def read(self) -> Any:
+        if self._done:
+            return grpc.aio.EOF
+        try:
+            return await anext(self._responses)
+        except StopAsyncIteration:
+            self._done = True
+            return grpc.aio.EOF
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._done = True
+            raise _rpc_error(exc, "Read") from None
+
+    def cancel(self) -> bool:
+        """Stop the read (its generator is closed in the background)."""
+        if self._done:
+            return False
+        self._done = True
+        closing = asyncio.ensure_future(_close(self._responses))
+        closing.add_done_callback(_ignore)
+        return True
+
+
+async def _close(responses: AsyncIterator[pb.ReadResponse]) -> None:
+    aclose = getattr(responses, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+def _ignore(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+_END = object()
+
+
+class LocalAppendCall:
+    """An Append in progress: `write()` requests, `done_writing()`, then `await` the response."""
+
+    def __init__(self, service: JournalService, metadata: Metadata | None) -> None:
+        # One request at a time, as gRPC's flow control holds a writer until the handler reads.
+        self._requests: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+        self._task = asyncio.ensure_future(service.Append(self._iterate(), LocalContext(metadata)))
+        self._task.add_done_callback(_ignore)
+
+    async def _iterate(self) -> AsyncIterator[pb.AppendRequest]:
+        while True:
+            req = await self._requests.get()
+            if req is _END:
+                return
+            yield req
+
+    async def write(self, request: pb.AppendRequest) -> None:
+        if self._task.done():
+            raise asyncio.InvalidStateError("the Append has ended")
+        put = asyncio.ensure_future(self._requests.put(request))
+        await asyncio.wait({put, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+            raise asyncio.InvalidStateError("the Append has ended")
+
+    async def done_writing(self) -> None:
+        if not self._task.done():
+            await self.write(_END)  # type: ignore[arg-type]
+
+    def __await__(self) -> Any:
+        return self._response().__await__()
+
+    async def _response(self) -> pb.AppendResponse:
+        try:
+            response: pb.AppendResponse = await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if self._task.cancelled():
+                empty = grpc.aio.Metadata()
+                raise grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, empty, empty, "the append was cancelled") \
+                    from None
+            raise
+        except Exception as exc:
+            raise _rpc_error(exc, "Append") from None
+        return response
+
+    def cancel(self) -> bool:
+        """Cancel the append (it rolls back unless it already committed)."""
+        return self._task.cancel()
+
+
+class LocalJournalStub:
+    """`Read` and `Append` of a JournalService, called in-process (see the module's doc)."""
+
+    def __init__(self, service: JournalService) -> None:
+        self._service = service
+
+    def Read(self, request: pb.ReadRequest, metadata: Metadata | None = None) -> LocalReadCall:
+        return LocalReadCall(self._service.Read(request, LocalContext(metadata)))
+
+    def Append(self, metadata: Metadata | None = None) -> LocalAppendCall:
+        return LocalAppendCall(self._service, metadata)
+
+
+__all__ = ["LocalJournalStub"]
