@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,9 +55,11 @@ import grpc
 import h11
 
 from broker.client.config import dial_target
+from broker.client.credentials import TLSFiles
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
 from broker.peers import CHANNEL_OPTIONS
 from broker.protocol import pb as bpb
+from broker.tls import client_context
 from consumer.protocol import pb as cpb
 from consumer.resolver import Resolution, ResolverError, ResolverStopped
 
@@ -161,13 +164,20 @@ class AppContext:
     def shards_with_source(self, journal: str) -> list[cpb.ShardSpec]:
         return self.resolver.shards_with_source(journal)
 
+    @property
+    def peer_tls(self) -> TLSFiles:
+        """What this process presents to and trusts of `https://` peers (`--consumer.peer-*`)."""
+        tls = getattr(self.config, "peer_tls", None)
+        return tls if isinstance(tls, TLSFiles) else TLSFiles()
+
     def channel(self, endpoint: str) -> grpc.aio.Channel:
         """A gRPC channel to a member's `endpoint` (cached; closed when the consumer stops)."""
         channel = self._channels.get(endpoint)
         if channel is None:
             target = dial_target(endpoint)
             if target.tls:
-                channel = grpc.aio.secure_channel(target.target, grpc.ssl_channel_credentials(), CHANNEL_OPTIONS)
+                creds = self.peer_tls.channel_credentials()
+                channel = grpc.aio.secure_channel(target.target, creds, CHANNEL_OPTIONS)
             else:
                 channel = grpc.aio.insecure_channel(target.target, CHANNEL_OPTIONS)
             self._channels[endpoint] = channel
@@ -231,15 +241,15 @@ class AppContext:
         if not endpoint:
             raise PeerUnavailable(f"the primary of the shard has no endpoint ({res.header.process_id})")
         target = dial_target(endpoint)
-        if target.tls:
-            raise PeerUnavailable(f"proxying HTTP to {endpoint}: TLS endpoints are not supported")
+        tls = self.peer_tls
+        context = client_context(tls.cert_file, tls.key_file, tls.ca_file) if target.tls else None
         headers = [(k, v) for k, v in request.headers
                    if k not in _HOP_HEADERS and k != PROXY_HEADER.lower()]
         headers.append((PROXY_HEADER, base64.b64encode(res.header.SerializeToString()).decode("ascii")))
         try:
             async with asyncio.timeout(timeout):
                 response = await http_call(target.target, request.method, request.path, request.query, headers,
-                                           request.body)
+                                           request.body, ssl_context=context)
         except (OSError, TimeoutError, h11.ProtocolError, ValueError) as exc:
             raise PeerUnavailable(f"proxying HTTP to {endpoint}: {type(exc).__name__}: {exc}") from None
         if response.status == 503:
@@ -276,11 +286,16 @@ _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te",
 
 async def http_call(
     hostport: str, method: str, path: str, query: Mapping[str, list[str]], headers: list[tuple[str, str]],
-    body: bytes,
+    body: bytes, *, ssl_context: ssl.SSLContext | None = None,
 ) -> HttpResponse:
-    """One HTTP/1.1 request to `hostport` on a connection of its own; the whole response."""
+    """One HTTP/1.1 request to `hostport` on a connection of its own (over TLS with `ssl_context`);
+    the whole response."""
     host, _, port = hostport.rpartition(":")
-    reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+    host = host.strip("[]")
+    if ssl_context is not None:
+        reader, writer = await asyncio.open_connection(host, int(port), ssl=ssl_context, server_hostname=host)
+    else:
+        reader, writer = await asyncio.open_connection(host, int(port))
     try:
         conn = h11.Connection(h11.CLIENT)
         target = urllib.parse.quote(path, safe="/:@!$&'()*+,;=-._~")

@@ -1,7 +1,8 @@
 """Test certificates made with `cryptography`: a CA, a server certificate it signs (for localhost
 and 127.0.0.1, usable as a client certificate too, as a peer presents its own), a client
 certificate, and a second, unrelated CA with its own server certificate (the "wrong" CA).
-`TLSEtcd` is an etcd serving its clients over TLS with them, and requiring client certificates.
+`TLSEtcd` is an etcd serving its clients over TLS with them, and requiring client certificates;
+`TLSBroker` a `gazette serve` whose port speaks TLS and requires client certificates.
 
 The equivalent with openssl is in the README's TLS section."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import ssl
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -22,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from broker.keyspace.etcd import EtcdProcess
+from broker.tls import client_context
+from tests.harness import BrokerProcess
 
 PrivateKey = ec.EllipticCurvePrivateKey
 
@@ -168,3 +172,42 @@ class TLSEtcd(EtcdProcess):
                 return b'"true"' in resp.read()
         except (urllib.error.URLError, OSError, ValueError):
             return False
+
+
+def server_flags(pki: PKI) -> list[str]:
+    return [
+        "--broker.server-cert-file", str(pki.server_cert), "--broker.server-cert-key-file", str(pki.server_key),
+        "--broker.server-ca-file", str(pki.ca),
+        # Peers present the server's certificate (it is good for client auth too) and trust the CA.
+        "--broker.peer-cert-file", str(pki.server_cert), "--broker.peer-cert-key-file", str(pki.server_key),
+        "--broker.peer-ca-file", str(pki.ca),
+    ]
+
+
+class TLSBroker(BrokerProcess):
+    """A broker process whose port speaks TLS only."""
+
+    def __init__(self, tmp: Path, etcd: str, prefix: str, pki: PKI, *extra: str) -> None:
+        super().__init__(tmp, etcd, prefix, *server_flags(pki), *extra)
+        self.pki = pki
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def context(self) -> ssl.SSLContext:
+        return client_context(str(self.pki.client_cert), str(self.pki.client_key), str(self.pki.ca))
+
+    def wait_ready(self, timeout: float = 30.0) -> TLSBroker:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/debug/ready", timeout=1, context=self.context()) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"broker not ready after {timeout}s:\n{self.logs()}")
