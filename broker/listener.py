@@ -72,6 +72,8 @@ class OnePortListener:
         # Every accepted connection, for close(). Weak: a closed one must not linger here.
         self._accepted: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
         self._pending: set[asyncio.Task[None]] = set()
+        self.accepting = True
+        """False once stopping: a TLS connection whose handshake completes after that is dropped."""
         # The one buffer all relays receive into: each read is written on before the next one,
         # so connections cost no buffer memory of their own.
         self.read_buffer = memoryview(bytearray(RELAY_BUFFER_SIZE))
@@ -111,6 +113,7 @@ class OnePortListener:
 
     async def stop_accepting(self) -> None:
         """Accept no more connections, and drop those that have not yet said what they speak."""
+        self.accepting = False
         if self._server is not None:
             self._server.close()
         for task in list(self._pending):
@@ -173,12 +176,16 @@ class _Sniffer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if not self._listener.accepting:
+            transport.abort()  # A TLS handshake that was under way when the listener stopped.
+            return
         self._transport = transport
         self._listener._accepted.add(transport)
         _set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
-        assert self._transport is not None
+        if self._transport is None:
+            return  # Dropped in connection_made.
         head = self._head + data
         n = min(len(head), len(HTTP2_PREFACE))
         if head[:n] != HTTP2_PREFACE[:n]:
