@@ -302,6 +302,11 @@ class Signer:
         self._current = ""
         self._renew_at = 0.0
 
+    @property
+    def token(self) -> str:
+        """The static bearer token given (`--*.auth-token`); "" for a signer self-signing with keys."""
+        return self._static.removeprefix("Bearer ")
+
     def authorization(self) -> str:
         """The metadata value: `Bearer <token>`."""
         if self._static:

@@ -132,11 +132,17 @@ def run_command(
     """Run pipeline NAME on Spark: a batch job, or a streaming query (its trigger, --once or --stream).
 
     The pipeline is validated before Spark starts. Its source and journals sink use --broker.address
-    unless the pipeline's options set `broker`. Relative sink paths and checkpoints are under the
-    current directory. Exit status: 0 done, 1 invalid pipeline or Spark error, 130 interrupted.
+    unless the pipeline's options set `broker`, and present gazctl's --broker.auth-token (or
+    $BROKER_AUTH_TOKEN, or the INI's AuthToken) as their option `authToken`. Relative sink paths
+    and checkpoints are under the current directory. Exit status: 0 done, 1 invalid pipeline or
+    Spark error, 130 interrupted.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
+        # A static token travels to the executors as option authToken; keys stay in this process
+        # (Spark's processes sign with the $BROKER_AUTH_KEYS of their own environment, if any).
+        signer = settings.credentials.signer
+        token = signer.token if signer is not None else ""
         pipeline = find(directory, name)
         check_run_flags(pipeline, once=once, stream=stream)
         try:
@@ -151,7 +157,7 @@ def run_command(
         try:
             if pipeline.mode.value == "batch":
                 with _stage_progress(spark, pipeline, err):
-                    result = run(spark, pipeline, broker=settings.broker_address.value)
+                    result = run(spark, pipeline, broker=settings.broker_address.value, auth_token=token)
             else:
                 show = _batch_printer(err) if err.is_terminal else None
                 status: AbstractContextManager[object] = (
@@ -159,7 +165,8 @@ def run_command(
                 )
                 with status:
                     result = run(
-                        spark, pipeline, broker=settings.broker_address.value, once=once, stream=stream, on_batch=show
+                        spark, pipeline, broker=settings.broker_address.value, auth_token=token, once=once,
+                        stream=stream, on_batch=show,
                     )
         finally:
             spark.stop()

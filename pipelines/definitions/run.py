@@ -79,16 +79,20 @@ class RunResult:
         return text + (" (interrupted)" if self.interrupted else "")
 
 
-def reader_options(pipeline: Pipeline, broker: str | None) -> dict[str, str]:
-    """Options of `spark.read.format("gazette")`: the pipeline's, its selector, and `broker` if it has none."""
+def reader_options(pipeline: Pipeline, broker: str | None, auth_token: str = "") -> dict[str, str]:
+    """Options of `spark.read.format("gazette")`: the pipeline's, its selector, and `broker` if it has
+    none; `auth_token` (a secret) as option `authToken` when given."""
     options = {**pipeline.source.options, "selector": pipeline.source.selector}
     if broker and "broker" not in options:
         options["broker"] = broker
+    if auth_token:
+        options["authToken"] = auth_token
     return options
 
 
-def writer_options(sink: JournalsSink, broker: str | None) -> dict[str, str]:
-    """Options of `df.write.format("gazette")` for a journals sink; the pipeline's `broker` wins."""
+def writer_options(sink: JournalsSink, broker: str | None, auth_token: str = "") -> dict[str, str]:
+    """Options of `df.write.format("gazette")` for a journals sink; the pipeline's `broker` wins;
+    `auth_token` (a secret) as option `authToken` when given."""
     options = dict(sink.options)
     if sink.selector:
         options["selector"] = sink.selector
@@ -96,6 +100,8 @@ def writer_options(sink: JournalsSink, broker: str | None) -> dict[str, str]:
         options["mapping"] = sink.mapping
     if broker and "broker" not in options:
         options["broker"] = broker
+    if auth_token:
+        options["authToken"] = auth_token
     return options
 
 
@@ -109,11 +115,11 @@ def resolve_path(path: str, workdir: Path | None) -> str:
     return str(((workdir or Path.cwd()) / path).resolve())
 
 
-def source_frame(spark: SparkSession, pipeline: Pipeline, broker: str | None) -> DataFrame:
+def source_frame(spark: SparkSession, pipeline: Pipeline, broker: str | None, auth_token: str = "") -> DataFrame:
     """Read the pipeline's journals (a streaming DataFrame for streams) and register its view."""
     reader = spark.readStream if pipeline.mode is Mode.stream else spark.read
     try:
-        frame = reader.format(FORMAT).options(**reader_options(pipeline, broker)).load()
+        frame = reader.format(FORMAT).options(**reader_options(pipeline, broker, auth_token)).load()
         frame.createOrReplaceTempView(pipeline.source.view)
     except SPARK_ERRORS as err:
         raise _run_error(pipeline, "source", err) from None
@@ -167,6 +173,7 @@ def run(
     pipeline: Pipeline,
     *,
     broker: str | None = None,
+    auth_token: str = "",
     workdir: Path | None = None,
     once: bool = False,
     stream: bool = False,
@@ -175,31 +182,35 @@ def run(
 ) -> RunResult:
     """Run `pipeline` on `spark` (with format `gazette` registered) and return what it did.
 
-    `broker` is the address for source and journals sink unless the pipeline sets its own. For a
-    stream, `once` processes what is available then stops (trigger availableNow), `stream` runs until
-    interrupted (Ctrl-C stops the query and returns with `interrupted`); neither keeps the pipeline's
-    trigger. `on_batch` sees each micro-batch's progress.
+    `broker` is the address for source and journals sink unless the pipeline sets its own;
+    `auth_token` is the bearer token they present (option `authToken`; "": the `$BROKER_AUTH_TOKEN`
+    of Spark's driver and executors). For a stream, `once` processes what is available then stops
+    (trigger availableNow), `stream` runs until interrupted (Ctrl-C stops the query and returns with
+    `interrupted`); neither keeps the pipeline's trigger. `on_batch` sees each micro-batch's progress.
     """
     check_run_flags(pipeline, once=once, stream=stream)
     started = time.monotonic()
-    frame = transform_frame(spark, pipeline, source_frame(spark, pipeline, broker))
+    frame = transform_frame(spark, pipeline, source_frame(spark, pipeline, broker, auth_token))
     if isinstance(pipeline.sink, JournalsSink):
         frame = journal_rows(frame, pipeline.sink)
     if pipeline.mode is Mode.batch:
-        result = RunResult(pipeline.name, pipeline.mode, rows=_write_batch(pipeline, frame, broker, workdir))
+        rows = _write_batch(pipeline, frame, broker, auth_token, workdir)
+        result = RunResult(pipeline.name, pipeline.mode, rows=rows)
     else:
         trigger = pipeline.trigger
         if once:
             trigger = Trigger(TriggerKind.available_now)
         elif stream and trigger is not None and trigger.kind is TriggerKind.available_now:
             trigger = None  # Run micro-batches back to back until interrupted.
-        query = _start_stream(pipeline, frame, broker, workdir, trigger)
+        query = _start_stream(pipeline, frame, broker, auth_token, workdir, trigger)
         result = _await(pipeline, query, on_batch, poll_seconds)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _write_batch(pipeline: Pipeline, frame: DataFrame, broker: str | None, workdir: Path | None) -> int | None:
+def _write_batch(
+    pipeline: Pipeline, frame: DataFrame, broker: str | None, auth_token: str, workdir: Path | None
+) -> int | None:
     sink = pipeline.sink
     observation = Observation(f"gazctl-{pipeline.name}")
     observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
@@ -208,7 +219,7 @@ def _write_batch(pipeline: Pipeline, frame: DataFrame, broker: str | None, workd
             frame.show(CONSOLE_ROWS, truncate=False)
             return None
         if isinstance(sink, JournalsSink):
-            observed.write.format(FORMAT).options(**writer_options(sink, broker)).mode("append").save()
+            observed.write.format(FORMAT).options(**writer_options(sink, broker, auth_token)).mode("append").save()
         else:
             writer = observed.write.format(sink.format).options(**sink.options).mode(sink.mode)
             writer.save(resolve_path(sink.path, workdir))
@@ -219,7 +230,12 @@ def _write_batch(pipeline: Pipeline, frame: DataFrame, broker: str | None, workd
 
 
 def _start_stream(
-    pipeline: Pipeline, frame: DataFrame, broker: str | None, workdir: Path | None, trigger: Trigger | None
+    pipeline: Pipeline,
+    frame: DataFrame,
+    broker: str | None,
+    auth_token: str,
+    workdir: Path | None,
+    trigger: Trigger | None,
 ) -> StreamingQuery:
     sink = pipeline.sink
     writer: DataStreamWriter = (
@@ -229,7 +245,7 @@ def _start_stream(
     if isinstance(sink, ConsoleSink):
         writer = writer.format("console").option("truncate", "false")
     elif isinstance(sink, JournalsSink):
-        writer = writer.format(FORMAT).options(**writer_options(sink, broker))
+        writer = writer.format(FORMAT).options(**writer_options(sink, broker, auth_token))
     else:
         writer = writer.format(sink.format).options(**sink.options).option("path", resolve_path(sink.path, workdir))
     if trigger is not None and trigger.kind is TriggerKind.available_now:

@@ -18,13 +18,15 @@ from typing import Any, TypeVar
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from broker.client.config import resolve_broker_address
+from broker.client.credentials import Credentials
 from broker.client.dial import JournalClient
-from broker.client.errors import ClientError
+from broker.client.errors import ClientError, TransportError
 from broker.client.listing import list_journals
 from broker.protocol import labels as lbl
 from broker.protocol import pb
 from broker.protocol.selectors import SelectorError, parse_selector
 from consumer.message.clock import clock_at
+from pipelines import auth
 from pipelines.errors import SparkPipelineError
 
 T = TypeVar("T")
@@ -34,7 +36,7 @@ DEFAULT_MAPPING = "rendezvous"
 FRAMINGS = ("lines", "none", "fixed")
 DEFAULT_BATCH_BYTES = 4 << 20
 MAX_BATCH_BYTES = 1 << 30
-OPTIONS = ("broker", "selector", "mapping", "framing", "batchbytes", "transactional")
+OPTIONS = ("broker", "selector", "mapping", "framing", "batchbytes", "transactional", "authtoken")
 IGNORED_OPTIONS = ("path", "checkpointlocation", "queryname")
 """Spark's own options which reach the writer (`save(path)`, `writeStream`): they mean nothing here."""
 
@@ -75,6 +77,12 @@ class SinkConfig:
     """Random id of the write, drawn on the driver: with a partition, it names a task's producer."""
     base_clock: int = 0
     """Batch writes: the clock every task's clocks start after (drawn on the driver); 0 in streaming."""
+    auth_token: str = field(default="", repr=False)
+    """Option `authToken` ("": each process's `$BROKER_AUTH_TOKEN`/`$BROKER_AUTH_KEYS`); a secret, kept out of repr."""
+
+    def credentials(self) -> Credentials | None:
+        """What the write's clients present to brokers (None: the environment's `BROKER_*` variables)."""
+        return auth.credentials(self.auth_token)
 
     @property
     def label_selector(self) -> pb.LabelSelector | None:
@@ -119,7 +127,7 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
     unknown = sorted(k for k in set(opts) - set(OPTIONS) - set(IGNORED_OPTIONS) if not k.startswith(("__", "spark.")))
     if unknown:
         raise SinkError(f"unknown option {unknown[0]!r} (the gazette writer takes broker, selector, mapping, "
-                        "framing, batchBytes, transactional)")
+                        "framing, batchBytes, transactional, authToken)")
 
     columns = {f.name.lower(): (i, f.dataType) for i, f in enumerate(schema.fields)}
     extra = sorted(set(columns) - set(COLUMNS))
@@ -154,10 +162,14 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
         raise SinkError(f"option framing {opts['framing']!r}: expected one of {', '.join(FRAMINGS)}")
     batch_bytes = _batch_bytes(opts.get("batchbytes"))
     transactional = _bool_option("transactional", opts.get("transactional"))
+    try:
+        token = auth.parse_token(opts.get("authtoken"))
+    except ValueError as err:
+        raise SinkError(f"option {err}") from None
 
     try:
         broker = resolve_broker_address(opts.get("broker") or None)
-        JournalClient(broker)  # Checks the address's form (dials nothing).
+        JournalClient(broker, credentials=auth.credentials(token))  # Checks the address's form (dials nothing).
     except ClientError as err:
         raise SinkError(f"option broker: {err}") from None
 
@@ -165,7 +177,7 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
         broker=broker, selector=selector, mapping=mapping or DEFAULT_MAPPING, framing=framing,
         batch_bytes=batch_bytes, value_index=value_index, value_is_string=isinstance(value_type, StringType),
         journal_index=journal_index, key_index=key_index, transactional=transactional,
-        write_id=secrets.token_hex(16), base_clock=clock_at(time.time_ns()),
+        write_id=secrets.token_hex(16), base_clock=clock_at(time.time_ns()), auth_token=token,
     )
     if selector and list_now:
         config.journals.update(list_selected(config))
@@ -174,7 +186,7 @@ def resolve(options: Mapping[str, str], schema: StructType, overwrite: bool, *, 
 
 def list_selected(config: SinkConfig) -> dict[str, str]:
     """The journals `config.selector` matches now (name -> content type); raise SinkError if none."""
-    journals = run_sync(_list(config.broker, config.label_selector))
+    journals = run_sync(_list(config))
     if not journals:
         raise SinkError(f"no journal matches option selector {config.selector!r}")
     if not config.framing:
@@ -192,11 +204,15 @@ async def list_named(client: JournalClient, names: list[str]) -> dict[str, pb.Jo
     return {j.spec.name: j.spec for j in resp.journals}
 
 
-async def _list(broker: str, selector: pb.LabelSelector | None) -> dict[str, str]:
+async def _list(config: SinkConfig) -> dict[str, str]:
+    broker = config.broker
     try:
-        async with JournalClient(broker) as client:
-            resp = await list_journals(client, selector)
+        async with JournalClient(broker, credentials=config.credentials()) as client:
+            resp = await list_journals(client, config.label_selector)
     except ClientError as err:
+        if isinstance(err, TransportError) and auth.is_auth_error(err):
+            raise auth.auth_error(err, config.auth_token, f"listing the journals of option selector "
+                                  f"{config.selector!r}") from None
         raise SinkError(f"listing the journals of option selector at broker {broker}: {err}") from None
     return {j.spec.name: content_type(j.spec) for j in sorted(resp.journals, key=lambda j: j.spec.name)}
 

@@ -26,9 +26,10 @@ from typing import IO, Any
 
 from broker.client.append_service import DEFAULT_MEMORY_LIMIT, AppendService, AsyncAppend
 from broker.client.dial import JournalClient
-from broker.client.errors import AppendOutcomeUnknown, ClientError
+from broker.client.errors import AppendOutcomeUnknown, ClientError, TransportError
 from consumer.message.clock import clock_at
 from consumer.message.mapping import MappingFunc, modulo_mapping, random_mapping, rendezvous_mapping
+from pipelines.auth import auth_error, is_auth_error, presented
 from pipelines.errors import SparkPipelineError
 from pipelines.sink.framing import FRAMERS, Framer
 from pipelines.sink.options import (
@@ -246,7 +247,7 @@ def write_rows(
     budget = _Budget(TASK_MEMORY_BYTES)
     spools: dict[str, Spool] = {}
     directory = spool_dir()
-    client = JournalClient(config.broker)
+    client = JournalClient(config.broker, credentials=config.credentials())
     txn = txn or TaskTxn(-1, secrets.token_hex(16), 0, ROLLBACK_CLOCK, False, False)
     stamper = Stamper(producer_for(txn.write_id, txn.partition), txn.base_clock or clock_at(time.time_ns()))
     rollback = ack_record(stamper.producer, txn.rollback_clock)
@@ -273,6 +274,10 @@ def write_rows(
                 return TaskResult({}, stamper.producer)
             writes = runner.run(_append_all(client, config, spools))
             return TaskResult(writes, stamper.producer, dict(stamper.last))
+        except TransportError as err:  # Listing journals, before any append.
+            if is_auth_error(err):
+                raise auth_error(err, config.auth_token, "gazette sink task: checking its journals") from None
+            raise
         finally:
             for spool in spools.values():
                 spool.close()
@@ -315,7 +320,7 @@ async def _append_all(client: JournalClient, config: SinkConfig, spools: dict[st
             for name, spool in spools.items():
                 group.create_task(_append_journal(service, name, spool, writes[name]))
     except BaseExceptionGroup as group_error:
-        raise _task_error(group_error, writes) from _first(group_error)
+        raise _task_error(group_error, writes, config.auth_token) from _first(group_error)
     return writes
 
 
@@ -358,14 +363,15 @@ def _first(group: BaseExceptionGroup[Any]) -> BaseException:
     return leaves[0] if leaves else group
 
 
-def _task_error(group: BaseExceptionGroup[Any], writes: dict[str, JournalWrite]) -> SinkAppendError:
+def _task_error(group: BaseExceptionGroup[Any], writes: dict[str, JournalWrite], token: str) -> SinkAppendError:
     cause = _first(group)
     journal = getattr(cause, "journal", "") if isinstance(cause, ClientError) else ""
     done = {name: w for name, w in writes.items() if w.appends}
     committed = ", ".join(f"{name}: {w.appends} appends, {w.bytes} bytes" for name, w in sorted(done.items()))
     outcome = " (its outcome is unknown: it may have committed)" if isinstance(cause, AppendOutcomeUnknown) else ""
+    why = f"{cause}; {presented(token)}" if is_auth_error(cause) else str(cause)
     message = (
-        f"appending to journal {journal or '?'} failed{outcome}: {cause}. "
+        f"appending to journal {journal or '?'} failed{outcome}: {why}. "
         f"Already committed by this task: {committed or 'nothing'}; a retry of the task appends them again "
         "(in transactional journals, rolling them back first)"
     )

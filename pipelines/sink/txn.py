@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 
 from broker.client.append_service import AppendService
+from broker.client.credentials import Credentials
 from broker.client.dial import JournalClient
 from consumer.message.clock import TICK
 from consumer.message.uuid import PRODUCER_ID_LENGTH, Flags, ProducerID, build_uuid
@@ -113,14 +114,16 @@ def stamp(stamper: Stamper, value: bytes, row: int, journal: str) -> bytes:
     return stamp_json(value[:end], stamper.next(journal), row, journal) + b"\n"
 
 
-async def append_acks(broker: str, acks: Mapping[str, bytes]) -> list[tuple[str, BaseException]]:
+async def append_acks(
+    broker: str, acks: Mapping[str, bytes], credentials: Credentials | None = None
+) -> list[tuple[str, BaseException]]:
     """Append each journal's ACKs (one append per journal, in parallel); return the journals that failed.
 
     An ACK appended twice changes nothing (the second is a rollback of nothing), so appends whose
     outcome is unknown are retried.
     """
     failed: list[tuple[str, BaseException]] = []
-    async with JournalClient(broker) as client:
+    async with JournalClient(broker, credentials=credentials) as client:
         async with AppendService(client, retry_unknown_outcome=True) as service:
             pending = {journal: service.append(journal, data) for journal, data in sorted(acks.items()) if data}
             results = await asyncio.gather(*(aa.future for aa in pending.values()), return_exceptions=True)

@@ -158,7 +158,7 @@ def _commit(config: SinkConfig, messages: list[WriterCommitMessage | None], what
     acks = _commit_acks(messages)
     if not acks:
         return
-    failed = run_sync(append_acks(config.broker, acks))
+    failed = run_sync(append_acks(config.broker, acks, config.credentials()))
     if failed:
         done = sorted(set(acks) - {journal for journal, _ in failed})
         journal, error = failed[0]
@@ -181,7 +181,7 @@ def _rollback(config: SinkConfig, messages: list[WriterCommitMessage | None], wr
     producers = [producer_for(write_id, partition) for partition in range(len(messages))]
     rollback = b"".join(ack_record(p, clock) for p in producers)
     try:
-        failed = run_sync(append_acks(config.broker, dict.fromkeys(sorted(journals), rollback)))
+        failed = run_sync(append_acks(config.broker, dict.fromkeys(sorted(journals), rollback), config.credentials()))
     except Exception as err:  # Abort must not hide the job's own error.
         failed = [(name, err) for name in sorted(journals)]
     for journal, error in failed:

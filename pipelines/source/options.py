@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.client.config import dial_target, resolve_broker_address
+from broker.client.credentials import Credentials
 from broker.errors import ConfigError
 from broker.protocol.selectors import parse_selector
+from pipelines import auth
 from pipelines.errors import SparkPipelineError
 
 EARLIEST = -2
@@ -27,6 +29,7 @@ ISOLATIONS = ("read_committed", "read_uncommitted")
 KNOWN = (
     "broker", "selector", "startingOffsets", "endingOffsets", "startingTimestamp", "framing",
     "failOnDataLoss", "maxBytesPerTrigger", "isolation", "parse", "fileRoot", "signatureTTL", "transactionTimeout",
+    "authToken",
 )
 """Every option of the source, as documented (Spark compares option names case-insensitively)."""
 _BY_LOWER = {name.lower(): name for name in KNOWN}
@@ -60,10 +63,16 @@ class SourceOptions:
     signature_ttl: float = 3600.0
     transaction_timeout: float = 600.0
     """Streaming read-committed: seconds after its last message that an open transaction is abandoned."""
+    auth_token: str = field(default="", repr=False)
+    """Option `authToken` ("": each process's `$BROKER_AUTH_TOKEN`/`$BROKER_AUTH_KEYS`); a secret, kept out of repr."""
 
     @property
     def read_committed(self) -> bool:
         return self.isolation == "read_committed"
+
+    def credentials(self) -> Credentials | None:
+        """What clients of this read present to brokers (None: the environment's `BROKER_*` variables)."""
+        return auth.credentials(self.auth_token)
 
 
 def _offsets(name: str, text: str) -> Offsets:
@@ -189,9 +198,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
             raise GazetteOptionError("transactionTimeout: only streaming reads take it")
         timeout = float(_positive_int("transactionTimeout", opts["transactiontimeout"]))
 
+    try:
+        token = auth.parse_token(opts.get("authtoken"))
+    except ValueError as exc:
+        raise GazetteOptionError(str(exc)) from None
+
     return SourceOptions(
         broker=broker, selector=selector, starting=starting, ending=ending, starting_timestamp_ms=starting_ts,
         framing=framing, fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         max_bytes_per_trigger=max_bytes, isolation=isolation, parse=parse, file_root=file_root, signature_ttl=ttl,
-        transaction_timeout=timeout,
+        transaction_timeout=timeout, auth_token=token,
     )

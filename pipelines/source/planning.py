@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import InputPartition
 
-from broker.client import JournalClient, OffsetJump, OffsetNotYetAvailable, Reader, iter_fragments, list_journals
+from broker.client import (
+    JournalClient,
+    OffsetJump,
+    OffsetNotYetAvailable,
+    Reader,
+    TransportError,
+    iter_fragments,
+    list_journals,
+)
 from broker.client.listing import fragments_request
 from broker.protocol import labels as lbl
 from broker.protocol import pb
 from broker.protocol.selectors import parse_selector
+from pipelines import auth
 from pipelines.errors import SparkPipelineError
 from pipelines.source.options import EARLIEST, LATEST, Offsets, SourceOptions
 
@@ -42,6 +52,22 @@ class DataLossError(SparkPipelineError, RuntimeError):
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on a private event loop (planning runs in Spark's synchronous Python workers)."""
     return asyncio.run(coro)
+
+
+@asynccontextmanager
+async def broker_client(opts: SourceOptions) -> AsyncIterator[JournalClient]:
+    """A client of `opts.broker` presenting option `authToken` (else the environment's credentials).
+
+    A call the broker refuses for its authorization raises `PipelineAuthError`: one line naming
+    the selector, the broker's reason and where the token came from (never the token).
+    """
+    async with JournalClient(opts.broker, credentials=opts.credentials()) as client:
+        try:
+            yield client
+        except TransportError as err:
+            if auth.is_auth_error(err):
+                raise auth.auth_error(err, opts.auth_token, f"reading journals of selector {opts.selector!r}") from None
+            raise
 
 
 @dataclass(frozen=True)
@@ -203,7 +229,7 @@ def lost(journal: str, begin: int, end: int, opts: SourceOptions) -> None:
 
 async def plan_batch(opts: SourceOptions) -> list[GazettePartition]:
     """Partitions of a batch read: every matching journal from startingOffsets to endingOffsets."""
-    async with JournalClient(opts.broker) as client:
+    async with broker_client(opts) as client:
         specs = await matching_journals(client, opts)
         listings = await asyncio.gather(*(fragments_of(client, s.name, opts) for s in specs))
     parts: list[GazettePartition] = []

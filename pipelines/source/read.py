@@ -98,7 +98,7 @@ def broker_chunks(opts: SourceOptions, journal: str, begin: int, end: int) -> Ch
     loop = asyncio.new_event_loop()
 
     async def start() -> tuple[JournalClient, RetryReader]:
-        client = JournalClient(opts.broker)
+        client = JournalClient(opts.broker, credentials=opts.credentials())
         return client, RetryReader(client, journal, offset=begin, end_offset=end, block=False)
 
     client, reader = loop.run_until_complete(start())

@@ -48,6 +48,7 @@ from pipelines.source.options import EARLIEST, SourceOptions
 from pipelines.source.planning import (
     GazettePartition,
     JournalInfo,
+    broker_client,
     fragments_of,
     head_of,
     journal_info,
@@ -94,7 +95,7 @@ class GazetteStreamReader(DataSourceStreamReader):
     async def _initial(self) -> dict[str, int]:
         opts = self.opts
         out: dict[str, int] = {}
-        async with JournalClient(opts.broker) as client:
+        async with broker_client(opts) as client:
             for spec in await matching_journals(client, opts):
                 fragments = await fragments_of(client, spec.name, opts)
                 head = head_of(fragments)
@@ -115,7 +116,7 @@ class GazetteStreamReader(DataSourceStreamReader):
 
     async def _latest(self, base: dict[str, int] | None) -> dict[str, int]:
         opts = self.opts
-        async with JournalClient(opts.broker) as client:
+        async with broker_client(opts) as client:
             specs = await matching_journals(client, opts)
             heads = await asyncio.gather(*(write_head(client, s.name) for s in specs))
             out: dict[str, int] = dict(base or {})  # Journals that stopped matching keep their offsets.
@@ -199,7 +200,7 @@ class GazetteStreamReader(DataSourceStreamReader):
     async def _plan(self, start: dict[str, int], end: dict[str, int]) -> list[GazettePartition]:
         opts = self.opts
         parts: list[GazettePartition] = []
-        async with JournalClient(opts.broker) as client:
+        async with broker_client(opts) as client:
             specs = {s.name: s for s in await matching_journals(client, opts)}
             for name in sorted(end):
                 stop = int(end[name])
