@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Self
 
-import grpc
-
 from broker.client.appender import CHUNK_SIZE, Appender, append_request
 from broker.client.dial import JournalClient
 from broker.client.errors import (
@@ -44,7 +42,7 @@ from broker.client.errors import (
     StatusError,
     TransportError,
 )
-from broker.client.retry import DEFAULT_MAX_BACKOFF, backoff
+from broker.client.retry import DEFAULT_MAX_BACKOFF, FATAL_CODES, backoff
 from broker.protocol import pb
 
 log = logging.getLogger(__name__)
@@ -60,15 +58,7 @@ RETRY_STATUSES = frozenset({
 })
 """Statuses meaning "not now" (routing is converging, or a store is down): retried."""
 
-FATAL_CODES = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.UNIMPLEMENTED,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-})
-"""gRPC codes a retry cannot fix: the append fails. Every other transport failure is retried."""
+
 
 DEFAULT_JOURNAL_MEMORY_LIMIT = 1 << 20
 DEFAULT_MEMORY_LIMIT = 32 << 20

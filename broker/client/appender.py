@@ -23,6 +23,7 @@ import grpc
 
 from broker.client.dial import JournalClient
 from broker.client.errors import AppendOutcomeUnknown, ProtocolError, TransportError, status_error
+from broker.client.http_append import NotHttp
 from broker.protocol import pb
 from broker.protocol.metadata import never_begun
 from broker.protocol.validation import validate_append_request
@@ -229,8 +230,26 @@ async def append(
 ) -> pb.AppendResponse:
     """Append `content` (bytes, or an iterable of chunks) atomically in one RPC; return the OK reply.
 
-    `params` are AppendRequest fields, as for Appender. Raises as Appender does.
+    `params` are AppendRequest fields, as for Appender. Raises as Appender does. A plain append
+    (no `params`) of bytes up to `HTTP_APPEND_LIMIT` to an `http://` broker goes as one HTTP PUT
+    on a kept-alive connection, the cheapest round trip (see broker.client.http_append); its reply
+    has the commit and the route, and no registers (pass `params` for a gRPC Append).
     """
+    if not params and isinstance(journal, str) and isinstance(content, bytes | bytearray | memoryview):
+        endpoint = client.endpoint(journal, primary=True)
+        if client.http_appends is not None and client.http_appends.takes(endpoint, len(content)):
+            try:
+                resp = await client.http_appends.append(endpoint, journal, content, client.authorization())
+            except NotHttp:
+                pass  # A gRPC-only endpoint, which appended nothing: a gRPC Append below.
+            except TransportError as exc:
+                if exc.code == grpc.StatusCode.UNAVAILABLE:
+                    client.failed(journal, endpoint)
+                raise
+            else:
+                if resp.header.route.members:
+                    client.update_route(journal, resp.header)
+                return resp
     app = Appender(client, journal, **params)
     try:
         if isinstance(content, bytes | bytearray | memoryview):

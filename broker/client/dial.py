@@ -14,6 +14,7 @@ import grpc
 
 from broker.client.config import dial_target, resolve_broker_address
 from broker.client.credentials import Credentials
+from broker.client.http_append import HttpAppends
 from broker.client.routes import RouteCache, primary_endpoint, read_endpoint
 from broker.protocol import pb, pb_grpc
 
@@ -82,6 +83,7 @@ class JournalClient:
     fragment URLs are rooted (the brokers' `--broker.file-root`, when shared). `routes=None`
     disables the route cache, so every request goes to `address` and brokers proxy it.
     `credentials` (token, TLS files) default to the `BROKER_*` environment variables.
+    `http_appends=False` makes `append()` use a gRPC Append always (see broker.client.http_append).
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class JournalClient:
         route_cache: bool = True,
         dialer: Dialer | None = None,
         credentials: Credentials | None = None,
+        http_appends: bool = True,
     ) -> None:
         self.address = resolve_broker_address(address)
         dial_target(self.address)  # Fail now, with a clear error, on a malformed address.
@@ -103,6 +106,8 @@ class JournalClient:
         if route_cache:
             self.routes = routes if routes is not None else RouteCache()
         self.dialer = dialer or Dialer(credentials=credentials)
+        self.http_appends = HttpAppends() if http_appends else None
+        """Kept-alive HTTP connections for `append()`'s small PUTs (None: every append is a gRPC Append)."""
 
     def stub(self, endpoint: str | None = None) -> pb_grpc.JournalStub:
         """A stub of `endpoint`, or of the default address."""
@@ -131,8 +136,15 @@ class JournalClient:
         if self.routes is not None:
             self.routes.drop_endpoint(journal, endpoint)
 
+    def authorization(self) -> str | None:
+        """The `authorization` value the client presents (`Bearer <token>`), if it has credentials."""
+        signer = self.dialer.credentials.signer
+        return signer.authorization() if signer is not None else None
+
     async def close(self) -> None:
-        """Close the client's channels."""
+        """Close the client's channels and connections."""
+        if self.http_appends is not None:
+            await self.http_appends.close()
         await self.dialer.close()
 
     async def __aenter__(self) -> JournalClient:

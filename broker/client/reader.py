@@ -38,7 +38,7 @@ from broker.client.errors import (
     status_error,
 )
 from broker.client.fragments import FragmentReader, open_fragment_url
-from broker.client.retry import DEFAULT_MAX_BACKOFF, backoff
+from broker.client.retry import DEFAULT_MAX_BACKOFF, FATAL_CODES, backoff
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError, validate_read_request, validate_read_response
 
@@ -408,6 +408,8 @@ class RetryReader:
                 self._restart()
                 self._note(exc, attempt, squelch=attempt == 0)
             except (StatusError, TransportError, FragmentReadError, UnexpectedEOF) as exc:
+                if isinstance(exc, TransportError) and exc.code in FATAL_CODES:
+                    raise  # A refused token or request: retrying cannot help.
                 self._restart()
                 self._note(exc, attempt)
             else:

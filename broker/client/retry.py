@@ -1,8 +1,11 @@
-"""Backoff between retries, shared by RetryReader, AppendService and the journal watcher."""
+"""Backoff between retries, and what is never retried: shared by RetryReader, AppendService and
+the journal watcher."""
 
 from __future__ import annotations
 
 import random
+
+import grpc
 
 BASE_BACKOFF = 0.05
 DEFAULT_MAX_BACKOFF = 2.0
@@ -16,3 +19,15 @@ def backoff(attempt: int, cap: float = DEFAULT_MAX_BACKOFF) -> float:
     """
     delay = min(cap, BASE_BACKOFF * (2 ** min(attempt, 16)))
     return delay * random.uniform(0.9, 1.1)
+
+
+FATAL_CODES = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+})
+"""gRPC codes a retry cannot fix (a token refused, a request the broker rejects): the call fails.
+Every other transport failure is retried."""

@@ -13,6 +13,7 @@ import contextlib
 import email.utils
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
 from typing import cast
@@ -142,7 +143,7 @@ class Connection(asyncio.Protocol):
         await self._discard_body()
         if self.must_close and not any(name.lower() == "connection" for name, _ in headers):
             headers = [*headers, ("Connection", "close")]
-        all_headers = [("Date", email.utils.formatdate(usegmt=True)), *headers]
+        all_headers = [("Date", _http_date()), *headers]
         self._send(
             h11.Response(
                 status_code=status,
@@ -302,3 +303,15 @@ def _header_value(value: str) -> bytes:
     # Like Go, turn line breaks (which would end the header) into spaces; h11 refuses the rest of
     # the control characters and surrounding whitespace, so those go too.
     return _CONTROL.sub(" ", value).strip(" \t").encode("utf-8", "surrogateescape")
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    """The `Date` header's value, formatted once per second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
+    return _date_cache[1]

@@ -131,6 +131,9 @@ class LocalAppendCall:
     async def write(self, request: pb.AppendRequest) -> None:
         if self._task.done():
             raise asyncio.InvalidStateError("the Append has ended")
+        if not self._requests.full():
+            self._requests.put_nowait(request)
+            return
         put = asyncio.ensure_future(self._requests.put(request))
         await asyncio.wait({put, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if not put.done():

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from broker.auth import Capability, Claims, KeyedAuth
-from broker.client import Credentials, JournalClient, Reader, append, list_journals
+from broker.client import Credentials, JournalClient, Reader, RetryReader, TransportError, append, list_journals
 from broker.protocol import pb, pb_grpc
 from broker.protocol.selectors import parse_selector
 from tests.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
@@ -251,6 +251,16 @@ def test_client_library_presents_tokens_and_self_signs_with_keys(cluster: Cluste
         async with JournalClient(cluster.brokers[1].url, credentials=Credentials()) as client:
             with pytest.raises(Exception, match="missing or empty Authorization token"):
                 await list_journals(client)
+            with pytest.raises(TransportError, match="missing or empty Authorization token"):
+                await append(client, TEAM_A, b"refused\n")
+        # A refused token is not retried: a RetryReader fails rather than spin.
+        async with JournalClient(cluster.brokers[0].url, credentials=Credentials.of(token=token(Capability.LIST))) \
+                as client:
+            reader = RetryReader(client, TEAM_A, offset=0, block=True)
+            with pytest.raises(TransportError, match="missing required READ capability"):
+                async with asyncio.timeout(10):
+                    await reader.read()
+            await reader.close()
 
     asyncio.run(main())
 
