@@ -231,7 +231,7 @@ async def append(
     """Append `content` (bytes, or an iterable of chunks) atomically in one RPC; return the OK reply.
 
     `params` are AppendRequest fields, as for Appender. Raises as Appender does. A plain append
-    (no `params`) of bytes up to `HTTP_APPEND_LIMIT` to an `http://` broker goes as one HTTP PUT
+    (no `params`) of bytes (up to 64 MiB) to an `http://` broker goes as one HTTP PUT
     on a kept-alive connection, the cheapest round trip (see broker.client.http_append); its reply
     has the commit and the route, and no registers (pass `params` for a gRPC Append).
     """

@@ -49,12 +49,13 @@ async def test_a_small_plain_append_is_one_put_with_its_commit_and_route(
     assert client.endpoint(journal, primary=True) == broker.url, "the route was learned from X-Route-Token"
 
 
-async def test_appends_with_parameters_or_large_content_are_grpc_appends(
+async def test_appends_with_parameters_or_iterables_are_grpc_appends(
     broker: BrokerProcess, client: JournalClient
 ) -> None:
     journal = await new_journal(client, "http-append")
     puts = http_puts(broker)
-    await append(client, journal, b"x" * (64 << 10 | 1))  # Past HTTP_APPEND_LIMIT.
+    await append(client, journal, b"x" * (64 << 10 | 1))
+    puts += 1  # Large content is a PUT too (up to HTTP_APPEND_LIMIT).
     resp = await append(client, journal, b"at the head\n", offset=(64 << 10) + 1)
     await append(client, journal, [b"an ", b"iterable\n"])
     async with JournalClient(broker.url, http_appends=False) as grpc_only:
