@@ -9,19 +9,24 @@ p99). The phases alternate between the brokers round by round, and the best roun
 reported, with the TLS/plain ratio. (Plain gRPC crosses the listener in the kernel with splice(2);
 over TLS the listener decrypts and relays in Python: that difference is most of the cost.)
 
-    python -m tests.benchmarks.bench_tls [--mib 128] [--rounds 3] [--writers 16] [--small-appends 4000]
+With `--auth` the TLS broker also has `--broker.auth-keys` and every call carries a token (issue
+18's "auth and TLS on, beside the same run without").
+
+    python -m tests.benchmarks.bench_tls [--mib 128] [--rounds 3] [--writers 16] [--small-appends 4000] [--auth]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from broker.auth import Capability, Claims, KeyedAuth
 from broker.client import AppendService, Credentials, JournalClient
 from broker.protocol import pb, pb_grpc
 from tests.benchmarks.bench_broker import (
@@ -45,6 +50,8 @@ from tests.harness import BrokerProcess, apply_specs, free_port, wait_for_primar
 from tests.tls_certs import PKI, TLSBroker, make_pki
 
 MiB = 1 << 20
+AUTH_KEY = base64.b64encode(b"the bench_tls key of 32 bytes..!").decode()
+AUTH = {"on": False}
 
 
 @dataclass
@@ -60,13 +67,17 @@ def channel_of(broker: BrokerProcess, pki: PKI) -> grpc.aio.Channel:
             root_certificates=pki.ca.read_bytes(), private_key=pki.client_key.read_bytes(),
             certificate_chain=pki.client_cert.read_bytes(),
         )
+        if AUTH["on"]:  # Every call carries `authorization: Bearer <token>`.
+            token = KeyedAuth(AUTH_KEY).sign(Claims(Capability.ALL), 3600)
+            creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
         return grpc.aio.secure_channel(broker.target, creds, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(broker.target, options=CHANNEL_OPTIONS)
 
 
 def credentials_of(broker: BrokerProcess, pki: PKI) -> Credentials:
     if isinstance(broker, TLSBroker):
-        return Credentials.of(cert_file=str(pki.client_cert), key_file=str(pki.client_key), ca_file=str(pki.ca))
+        return Credentials.of(cert_file=str(pki.client_cert), key_file=str(pki.client_key), ca_file=str(pki.ca),
+                              keys=AUTH_KEY if AUTH["on"] else "")
     return Credentials()
 
 
@@ -99,7 +110,8 @@ def report(plain: Figures, tls: Figures) -> None:
     def ratio(a: float, b: float) -> str:
         return f"{a / b:5.2f}" if b else "  -  "
 
-    print("phase                         plain          TLS   TLS/plain")
+    what = "TLS+auth" if AUTH["on"] else "TLS"
+    print(f"phase                         plain     {what:>8s}   {what}/plain")
     for shape in ("serial", "inflight"):
         p, t = plain.append[shape], tls.append[shape]
         print(f"append 1 MiB, {shape:9s}   {p / MB:7.1f} MB/s {t / MB:7.1f} MB/s   {ratio(t, p)}")
@@ -131,7 +143,8 @@ def run(args: argparse.Namespace) -> None:
             common = ("--broker.file-root", str(tmp / "fragments"), "--log.level", "warn")
             log("starting a plain and a TLS broker")
             brokers = [BrokerProcess(tmp, etcd.endpoint, "/bench/plain", *common),
-                       TLSBroker(tmp, etcd.endpoint, "/bench/tls", pki, *common)]
+                       TLSBroker(tmp, etcd.endpoint, "/bench/tls", pki, *common,
+                                 *(["--broker.auth-keys", AUTH_KEY] if AUTH["on"] else []))]
             for broker in brokers:
                 broker.wait_ready()
             plain_broker = brokers[0]
@@ -176,7 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writers", type=int, default=16, help="concurrent writers of small appends")
     parser.add_argument("--small-appends", type=int, default=4000, help="small appends measured per round")
     parser.add_argument("--small-size", type=int, default=4096, help="bytes per small append")
-    run(parser.parse_args(argv))
+    parser.add_argument("--auth", action="store_true", help="the TLS broker also checks tokens (--broker.auth-keys)")
+    args = parser.parse_args(argv)
+    AUTH["on"] = args.auth
+    run(args)
 
 
 if __name__ == "__main__":
