@@ -33,6 +33,10 @@ WATCH_DELAY = 0.03
 """Seconds watch events are gathered before being applied as one batch."""
 RANGE_PAGE = 1000
 """Keys per Range page during load: keeps each response well under gRPC's message size limit."""
+PROGRESS_AFTER = 0.2
+"""Seconds `wait_for_revision` waits for an event before it asks etcd for the watch's progress
+(then twice as long before asking again, up to PROGRESS_MAX)."""
+PROGRESS_MAX = 5.0
 SEP = "#"
 ITEMS = "/items/"
 MEMBERS = "/members/"
@@ -338,7 +342,9 @@ class KeySpace:
         self.schema = schema
         self.watch_delay = watch_delay
         self.revision = 0
-        """Largest ModRevision applied under the root; initially the load's header revision."""
+        """Largest ModRevision applied under the root, or the revision of a later progress
+        notification of the watch (through which there was no event under the root); initially the
+        load's header revision."""
         self.generation = 0
         """Number of applied batches (load counts as one)."""
         self.items: dict[str, Item] = {}
@@ -351,6 +357,8 @@ class KeySpace:
         self._changed = asyncio.Event()
         self._observers: list[Observer] = []
         self._task: asyncio.Task[None] | None = None
+        self._watch_requests: asyncio.Queue[Any] | None = None
+        """Requests to send on the running watch's stream (None: no watch running)."""
         self._closed = False
 
     # -- reading --------------------------------------------------------------------------------
@@ -424,9 +432,23 @@ class KeySpace:
             await asyncio.wait_for(self.wait_for_change(), max(timeout, 0.0))
 
     async def wait_for_revision(self, revision: int) -> None:
-        """Wait until the mirror has applied `revision`."""
+        """Wait until the mirror has applied `revision`.
+
+        A revision need not bring an event under the root: an etcd transaction that changed nothing
+        (an Apply of no changes, a delete of an absent key) has the revision of etcd's last write,
+        perhaps one elsewhere. So when the revision does not come soon, this asks etcd for a progress
+        notification, which carries the revision through which the watch has sent every event.
+        """
+        delay = PROGRESS_AFTER
         while self.revision < revision:
-            await self.wait_for_change()
+            if self._closed:
+                raise KeySpaceClosedError("keyspace mirror closed")
+            try:
+                await asyncio.wait_for(self._changed.wait(), delay)
+            except TimeoutError:
+                if self._watch_requests is not None:
+                    self._watch_requests.put_nowait(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
+                delay = min(delay * 2, PROGRESS_MAX)
 
     def _notify(self) -> None:
         self.generation += 1
@@ -517,12 +539,14 @@ class KeySpace:
                 key=prefix, range_end=prefix_range_end(prefix), start_revision=start_revision
             )
         )
-        hold = asyncio.Event()
+        outgoing: asyncio.Queue[Any] = asyncio.Queue()
 
         async def requests() -> AsyncIterator[Any]:
             yield create
-            # The request stream stays open for as long as the watch is wanted.
-            await hold.wait()
+            # The request stream stays open for as long as the watch is wanted, carrying the
+            # progress requests of `wait_for_revision`.
+            while (request := await outgoing.get()) is not None:
+                yield request
 
         call = rpc.WatchStub(self.client.channel).Watch(requests(), metadata=self.client.metadata)
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -536,6 +560,7 @@ class KeySpace:
                 queue.put_nowait(exc)
 
         reader = asyncio.create_task(read())
+        self._watch_requests = outgoing
         try:
             while True:
                 batch = [await queue.get()]
@@ -545,7 +570,8 @@ class KeySpace:
                     batch.append(queue.get_nowait())
                 self._apply_batch(batch)
         finally:
-            hold.set()
+            self._watch_requests = None
+            outgoing.put_nowait(None)
             call.cancel()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -568,6 +594,12 @@ class KeySpace:
                     self._notify()
                 raise ConnectionError(f"watch canceled by etcd: {resp.cancel_reason or 'no reason'}")
             self._set_header(resp.header)
+            if not resp.events and not resp.created and resp.header.revision > self.revision:
+                # A progress notification: every event through this revision was sent. Waiters of
+                # `wait_for_revision` look again; nothing changed, so observers are not called.
+                self.revision = resp.header.revision
+                changed, self._changed = self._changed, asyncio.Event()
+                changed.set()
             for event in resp.events:
                 if event.type == rpc.Event.DELETE:
                     self._delete(event.kv.key.decode())

@@ -19,6 +19,7 @@ from broker.keyspace.keyspace import (
     assignment_key,
     compare_mod,
     decode_route,
+    delete_op,
     derive_route,
     item_key,
     member_key,
@@ -168,6 +169,29 @@ async def test_watch_batches_one_transaction(etcd_client: Any, etcd_prefix: str,
     # A guarded transaction fails against a stale ModRevision.
     ok, _ = await txn(etcd_client, [compare_mod(assignment_key(etcd_prefix, "j", "z", "a", 0), revision - 1)], [])
     assert not ok
+
+
+async def test_revisions_without_events_under_the_root_are_reached(
+    etcd_client: Any, etcd_prefix: str, keyspace: KeySpace
+) -> None:
+    # A transaction that changes nothing (an Apply of no changes, a delete of an absent key) has the
+    # revision of etcd's last write, here one outside the root: no event under the root brings it,
+    # so the mirror asks for a progress notification (the Apply RPCs of the fuzzing hung here).
+    await keyspace.load()
+    keyspace.watch()
+    generation = keyspace.generation
+    await etcd_client.put(b"/elsewhere/" + etcd_prefix.encode(), b"x")
+    ok, empty = await txn(etcd_client, [], [])
+    ok2, noop = await txn(etcd_client, [], [delete_op(item_key(etcd_prefix, "absent"))])
+    assert ok and ok2 and noop == empty > keyspace.revision
+    await asyncio.wait_for(keyspace.wait_for_revision(noop), 5)
+    assert keyspace.revision == noop
+    assert keyspace.generation == generation  # Nothing changed: no batch, no observer call.
+
+    # Events still come through, and their revisions are reached as before.
+    put = await etcd_client.put(item_key(etcd_prefix, "p").encode(), pb.JournalSpec(name="p").SerializeToString())
+    await asyncio.wait_for(keyspace.wait_for_revision(put.header.revision), 5)
+    assert "p" in keyspace.journals and keyspace.generation == generation + 1
 
 
 async def test_close_releases_waiters(keyspace: KeySpace) -> None:
