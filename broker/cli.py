@@ -13,7 +13,8 @@ import typer
 
 from broker import logs
 from broker.auth import parse_keys
-from broker.errors import AuthError
+from broker.client.credentials import TLSFiles
+from broker.errors import AuthError, GazetteError
 from broker.logs import LogFormat
 from broker.protocol import pb
 from broker.protocol.validation import (
@@ -28,6 +29,7 @@ from broker.protocol.validation import (
     validate_token,
 )
 from broker.server import Broker, BrokerConfig
+from broker.tls import ServerTLS, TLSFileError, check_client_files
 from broker.tuning import keep_freed_memory, raise_open_file_limit
 
 app = typer.Typer(
@@ -53,6 +55,29 @@ def _default_state_dir() -> Path:
 
 
 DEFAULT_STATE_DIR = _default_state_dir()
+
+
+EtcdCertFileOption = Annotated[
+    str,
+    typer.Option(
+        "--etcd.cert-file", envvar="ETCD_CERT_FILE", show_default=False,
+        help="PEM client certificate presented to an https:// etcd.",
+    ),
+]
+EtcdCertKeyFileOption = Annotated[
+    str,
+    typer.Option(
+        "--etcd.cert-key-file", envvar="ETCD_CERT_KEY_FILE", show_default=False,
+        help="PEM private key of --etcd.cert-file.",
+    ),
+]
+EtcdTrustedCAFileOption = Annotated[
+    str,
+    typer.Option(
+        "--etcd.trusted-ca-file", envvar="ETCD_TRUSTED_CA_FILE", show_default=False,
+        help="PEM CA certificate(s) trusted for an https:// etcd (default: the system's roots).",
+    ),
+]
 
 
 @app.callback()
@@ -139,6 +164,49 @@ def serve(
             ),
         ),
     ] = "",
+    server_cert_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.server-cert-file", envvar="BROKER_SERVER_CERT_FILE", show_default=False,
+            help="PEM certificate (chain) of the port: with it the port speaks TLS only, and the advertised "
+            "endpoint is https://.",
+        ),
+    ] = "",
+    server_cert_key_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.server-cert-key-file", envvar="BROKER_SERVER_CERT_KEY_FILE", show_default=False,
+            help="PEM private key of --broker.server-cert-file.",
+        ),
+    ] = "",
+    server_ca_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.server-ca-file", envvar="BROKER_SERVER_CA_FILE", show_default=False,
+            help="PEM CA certificate(s): with it, every client (peers too) must present a certificate it signed.",
+        ),
+    ] = "",
+    peer_cert_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.peer-cert-file", envvar="BROKER_PEER_CERT_FILE", show_default=False,
+            help="PEM certificate the broker presents to https:// peers (needed when they have a server CA).",
+        ),
+    ] = "",
+    peer_cert_key_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.peer-cert-key-file", envvar="BROKER_PEER_CERT_KEY_FILE", show_default=False,
+            help="PEM private key of --broker.peer-cert-file.",
+        ),
+    ] = "",
+    peer_ca_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.peer-ca-file", envvar="BROKER_PEER_CA_FILE", show_default=False,
+            help="PEM CA certificate(s) trusted for https:// peers (default: the system's roots).",
+        ),
+    ] = "",
     etcd_address: Annotated[
         str,
         typer.Option(
@@ -163,6 +231,9 @@ def serve(
             help="Peer port of an embedded etcd.",
         ),
     ] = 2380,
+    etcd_cert_file: EtcdCertFileOption = "",
+    etcd_cert_key_file: EtcdCertKeyFileOption = "",
+    etcd_trusted_ca_file: EtcdTrustedCAFileOption = "",
     etcd_prefix: Annotated[
         str,
         typer.Option("--etcd.prefix", envvar="ETCD_PREFIX", help="Root of the broker keyspace in etcd."),
@@ -202,6 +273,11 @@ def serve(
     host = host or socket.gethostname()
     _check_identity(zone, broker_id, f"http://{host}:{port}", limit)
     check_auth_keys(auth_keys, "--broker.auth-keys")
+    server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file)
+    check_tls(server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),
+              (etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file, ETCD_TLS_FLAGS))
+    peer_tls = TLSFiles(peer_cert_file, peer_cert_key_file, peer_ca_file)
+    etcd_tls = TLSFiles(etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file)
     logs.configure(log_level, log_format.value)
     keep_freed_memory()
     raise_open_file_limit()
@@ -212,8 +288,13 @@ def serve(
         max_grpc_recv_size=max_grpc_recv_size, etcd_address=etcd_address or None, etcd_prefix=etcd_prefix,
         etcd_port=etcd_port, etcd_peer_port=etcd_peer_port,
         etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir, auth_keys=auth_keys,
+        server_tls=server_tls, peer_tls=peer_tls, etcd_tls=etcd_tls,
     )
-    asyncio.run(_serve(config))
+    try:
+        asyncio.run(_serve(config))
+    except GazetteError as err:  # etcd unreachable (over TLS: why), a file the broker cannot use.
+        typer.echo(f"error: starting the broker failed: {' '.join(str(err).split())}", err=True)
+        raise typer.Exit(1) from None
 
 
 def check_auth_keys(keys: str, flag: str) -> None:
@@ -223,6 +304,22 @@ def check_auth_keys(keys: str, flag: str) -> None:
             parse_keys(keys)
         except AuthError as err:
             raise typer.BadParameter(str(err), param_hint=flag) from None
+
+
+PEER_TLS_FLAGS = ("--broker.peer-cert-file", "--broker.peer-cert-key-file", "--broker.peer-ca-file")
+ETCD_TLS_FLAGS = ("--etcd.cert-file", "--etcd.cert-key-file", "--etcd.trusted-ca-file")
+
+
+def check_tls(server: ServerTLS, *clients: tuple[str, str, str, tuple[str, str, str]]) -> None:
+    """Refuse, before anything starts, TLS files that cannot be used, naming the flag: the server's,
+    and each client's (cert, key, CA, and their three flags)."""
+    try:
+        if server.enabled:
+            server.context()
+        for cert_file, key_file, ca_file, flags in clients:
+            check_client_files(cert_file, key_file, ca_file, flags)
+    except TLSFileError as err:
+        raise typer.BadParameter(err.problem, param_hint=err.flag) from None
 
 
 def _check_identity(zone: str, broker_id: str, endpoint: str, limit: int) -> None:

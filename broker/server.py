@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from broker.auth import KeyedAuth
-from broker.client.credentials import Credentials
+from broker.client.credentials import Credentials, TLSFiles
 from broker.gateway import HttpGateway
 from broker.gateway.local import LocalJournalStub
 from broker.keyspace import (
@@ -28,6 +28,7 @@ from broker.keyspace import (
     run_allocator,
     write_suspend,
 )
+from broker.keyspace.etcd import is_tls
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS, PeerDialer
 from broker.persistence import FragmentPersistence
@@ -39,6 +40,7 @@ from broker.resolver import Resolver
 from broker.service import JournalService, add_journal_service
 from broker.state import BrokerState
 from broker.stores import StoreRegistry
+from broker.tls import ServerTLS
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,17 @@ class BrokerConfig:
     auth_keys: str = ""
     """Base64 keys (whitespace or comma separated): with any, every RPC must carry a token they signed."""
     state_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "state" / "gazette")
+    server_tls: ServerTLS = field(default_factory=ServerTLS)
+    """The public port's certificate, key and client CA (`--broker.server-*`): TLS when set."""
+    peer_tls: TLSFiles = field(default_factory=TLSFiles)
+    """What the broker presents to and trusts of `https://` peers (`--broker.peer-*`)."""
+    etcd_tls: TLSFiles = field(default_factory=TLSFiles)
+    """TLS files of an `https://` etcd (`--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`)."""
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.server_tls.enabled else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
 
 def grpc_server_options(max_recv_size: int) -> list[tuple[str, int]]:
@@ -117,6 +126,7 @@ class BrokerCore:
         min_append_rate: int = 0,
         max_replication: int = 9,
         auth_keys: str = "",
+        peer_tls: TLSFiles | None = None,
     ) -> None:
         self.keyspace = keyspace
         self.local_id = local_id
@@ -131,7 +141,8 @@ class BrokerCore:
             keyspace=keyspace,
             resolver=self.resolver,
             # Peers sign their own calls with the cluster's keys (Replicate, proxied Read and Append).
-            dialer=PeerDialer(Credentials.of(keys=auth_keys) if auth_keys else None),
+            # And present --broker.peer-* to peers whose endpoints are https://.
+            dialer=PeerDialer(Credentials.of(keys=auth_keys, **_files(peer_tls or TLSFiles()))),
             max_append_rate=max_append_rate,
             min_append_rate=min_append_rate,
             max_replication=max_replication,
@@ -166,6 +177,17 @@ class BrokerCore:
         return task
 
 
+def _files(tls: TLSFiles) -> dict[str, str]:
+    return {"cert_file": tls.cert_file, "key_file": tls.key_file, "ca_file": tls.ca_file}
+
+
+def etcd_credentials(address: str | None, tls: TLSFiles) -> grpc.ChannelCredentials | None:
+    """Channel credentials of an `https://` etcd address (None for any other)."""
+    if address is None or not is_tls(address):
+        return None
+    return tls.channel_credentials()
+
+
 def dump_tasks() -> None:
     """Log the stack of every asyncio task (SIGUSR1), to see what a broker that seems stuck waits on."""
     tasks = asyncio.all_tasks()
@@ -198,7 +220,8 @@ class Broker:
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.etcd = await open_etcd(
-            cfg.etcd_address, cfg.state_dir, log, client_port=cfg.etcd_port, peer_port=cfg.etcd_peer_port
+            cfg.etcd_address, cfg.state_dir, log, client_port=cfg.etcd_port, peer_port=cfg.etcd_peer_port,
+            credentials=etcd_credentials(cfg.etcd_address, cfg.etcd_tls),
         )
         client = self.etcd.client
 
@@ -212,7 +235,8 @@ class Broker:
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
         self.gateway = HttpGateway(self.gateway_channel, ready=lambda: not self._stop.is_set())
-        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway)
+        ssl_context = cfg.server_tls.context() if cfg.server_tls.enabled else None
+        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway, ssl_context=ssl_context)
         await self.listener.start(serve=False)
         cfg.port = self.listener.port
 
@@ -222,6 +246,7 @@ class Broker:
             min_append_rate=cfg.min_append_rate,
             max_replication=cfg.max_replication,
             auth_keys=cfg.auth_keys,
+            peer_tls=cfg.peer_tls,
         )
         self.persistence, self.resolver, self.state = core.persistence, core.resolver, core.state
         add_journal_service(core.service, self.grpc_server)

@@ -20,8 +20,10 @@ import typer
 
 from broker import cli as broker_cli
 from broker import logs
+from broker.client.credentials import TLSFiles
 from broker.errors import GazetteError
 from broker.logs import LogFormat
+from broker.tls import ServerTLS
 from consumer.process import (
     ApplicationLoadError,
     ConsumerConfig,
@@ -136,6 +138,70 @@ def consume(
             "one of them (`gazctl auth token --keys ...`); the first signs calls proxied to peers.",
         ),
     ] = "",
+    server_cert_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.server-cert-file", envvar="CONSUMER_SERVER_CERT_FILE", show_default=False,
+            help="PEM certificate (chain) of the port: with it the Shard API and application routes speak TLS "
+            "only, and the advertised endpoint is https://.",
+        ),
+    ] = "",
+    server_cert_key_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.server-cert-key-file", envvar="CONSUMER_SERVER_CERT_KEY_FILE", show_default=False,
+            help="PEM private key of --consumer.server-cert-file.",
+        ),
+    ] = "",
+    server_ca_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.server-ca-file", envvar="CONSUMER_SERVER_CA_FILE", show_default=False,
+            help="PEM CA certificate(s): with it, every client (peers too) must present a certificate it signed.",
+        ),
+    ] = "",
+    peer_cert_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.peer-cert-file", envvar="CONSUMER_PEER_CERT_FILE", show_default=False,
+            help="PEM certificate presented to https:// peer consumers (when they have a server CA).",
+        ),
+    ] = "",
+    peer_cert_key_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.peer-cert-key-file", envvar="CONSUMER_PEER_CERT_KEY_FILE", show_default=False,
+            help="PEM private key of --consumer.peer-cert-file.",
+        ),
+    ] = "",
+    peer_ca_file: Annotated[
+        str,
+        typer.Option(
+            "--consumer.peer-ca-file", envvar="CONSUMER_PEER_CA_FILE", show_default=False,
+            help="PEM CA certificate(s) trusted for https:// peer consumers (default: the system's roots).",
+        ),
+    ] = "",
+    broker_cert_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.cert-file", envvar="BROKER_CERT_FILE", show_default=False,
+            help="PEM client certificate presented to https:// brokers.",
+        ),
+    ] = "",
+    broker_cert_key_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.cert-key-file", envvar="BROKER_CERT_KEY_FILE", show_default=False,
+            help="PEM private key of --broker.cert-file.",
+        ),
+    ] = "",
+    broker_trusted_ca_file: Annotated[
+        str,
+        typer.Option(
+            "--broker.trusted-ca-file", envvar="BROKER_TRUSTED_CA_FILE", show_default=False,
+            help="PEM CA certificate(s) trusted for https:// brokers (default: the system's roots).",
+        ),
+    ] = "",
     broker_auth_token: Annotated[
         str,
         typer.Option(
@@ -157,6 +223,9 @@ def consume(
             help="etcd of the consumer's keyspace (`gazette serve`'s embedded etcd answers at the default).",
         ),
     ] = "http://localhost:2379",
+    etcd_cert_file: broker_cli.EtcdCertFileOption = "",
+    etcd_cert_key_file: broker_cli.EtcdCertKeyFileOption = "",
+    etcd_trusted_ca_file: broker_cli.EtcdTrustedCAFileOption = "",
     etcd_prefix: Annotated[
         str,
         typer.Option(
@@ -195,6 +264,15 @@ def consume(
         )
     broker_cli.check_auth_keys(auth_keys, "--consumer.auth-keys")
     broker_cli.check_auth_keys(broker_auth_keys, "--broker.auth-keys")
+    server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file, flag="--consumer.server")
+    broker_cli.check_tls(
+        server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),
+        (broker_cert_file, broker_cert_key_file, broker_trusted_ca_file, BROKER_TLS_FLAGS),
+        (etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file, broker_cli.ETCD_TLS_FLAGS),
+    )
+    broker_tls = None
+    if broker_cert_file or broker_trusted_ca_file:
+        broker_tls = TLSFiles(broker_cert_file, broker_cert_key_file, broker_trusted_ca_file)
     try:
         application_object = load_application(application)
     except ApplicationLoadError as err:
@@ -208,9 +286,15 @@ def consume(
         etcd_prefix=etcd_prefix or default_prefix(application_object), etcd_lease=etcd_lease,
         watch_delay=watch_delay, hints_interval=hints_interval, auth_keys=auth_keys,
         broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
+        server_tls=server_tls, peer_tls=TLSFiles(peer_cert_file, peer_cert_key_file, peer_ca_file),
+        broker_tls=broker_tls, etcd_tls=TLSFiles(etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file),
     )
     code = asyncio.run(_consume(config, application_object))
     raise typer.Exit(code)
+
+
+PEER_TLS_FLAGS = ("--consumer.peer-cert-file", "--consumer.peer-cert-key-file", "--consumer.peer-ca-file")
+BROKER_TLS_FLAGS = ("--broker.cert-file", "--broker.cert-key-file", "--broker.trusted-ca-file")
 
 
 class StartError(Exception):

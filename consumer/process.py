@@ -33,7 +33,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +43,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.auth import KeyedAuth
-from broker.client import Credentials, JournalClient
+from broker.client import Credentials, JournalClient, TLSFiles
 from broker.gateway import HttpGateway
 from broker.gateway.app_routes import RouteTable
 from broker.keyspace import open_etcd
 from broker.keyspace.etcd import EtcdConnection
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS
-from broker.server import STOP_GRACE, dump_tasks, grpc_server_options
+from broker.server import STOP_GRACE, dump_tasks, etcd_credentials, grpc_server_options
+from broker.tls import ServerTLS
 from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
 from consumer.app_api import AppContext
@@ -199,10 +200,19 @@ class ConsumerConfig:
     broker_auth_token: str = ""
     broker_auth_keys: str = ""
     """What the consumer presents to brokers (`--broker.auth-token`, `--broker.auth-keys`; else `$BROKER_AUTH_*`)."""
+    server_tls: ServerTLS = field(default_factory=lambda: ServerTLS(flag="--consumer.server"))
+    """The port's certificate, key and client CA (`--consumer.server-*`): TLS when set."""
+    peer_tls: TLSFiles = field(default_factory=TLSFiles)
+    """What the consumer presents to and trusts of `https://` peer consumers (`--consumer.peer-*`)."""
+    broker_tls: TLSFiles | None = None
+    """What it presents to and trusts of `https://` brokers (`--broker.cert-file`...); None: `$BROKER_*`."""
+    etcd_tls: TLSFiles = field(default_factory=TLSFiles)
+    """TLS files of an `https://` etcd (`--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`)."""
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.server_tls.enabled else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
 
 class ConsumerProcess:
@@ -238,10 +248,16 @@ class ConsumerProcess:
         if not cfg.etcd_prefix:
             cfg.etcd_prefix = default_prefix(self.app)
         # With an address, open_etcd only connects (a consumer never embeds an etcd).
-        self.etcd = await open_etcd(cfg.etcd_address, Path(self._runtime_dir), log)
+        self.etcd = await open_etcd(
+            cfg.etcd_address, Path(self._runtime_dir), log, credentials=etcd_credentials(cfg.etcd_address, cfg.etcd_tls)
+        )
         broker_credentials = None
-        if cfg.broker_auth_token or cfg.broker_auth_keys:
-            broker_credentials = Credentials.of(token=cfg.broker_auth_token, keys=cfg.broker_auth_keys)
+        if cfg.broker_auth_token or cfg.broker_auth_keys or cfg.broker_tls is not None:
+            tls = cfg.broker_tls or TLSFiles()
+            broker_credentials = Credentials.of(
+                token=cfg.broker_auth_token, keys=cfg.broker_auth_keys,
+                cert_file=tls.cert_file, key_file=tls.key_file, ca_file=tls.ca_file,
+            )
         self.journal_client = JournalClient(cfg.broker_address, credentials=broker_credentials)
 
         # The port is bound before announcing (the advertised endpoint is real), and accepts
@@ -250,7 +266,8 @@ class ConsumerProcess:
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
         self.gateway = HttpGateway(self.gateway_channel, ready=lambda: self.ready, routes=self.routes)
-        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway)
+        ssl_context = cfg.server_tls.context() if cfg.server_tls.enabled else None
+        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway, ssl_context=ssl_context)
         await self.listener.start(serve=False)
         cfg.port = self.listener.port
 
@@ -264,7 +281,11 @@ class ConsumerProcess:
         )
         self.api = ShardAPI(
             self.service, auth=KeyedAuth(cfg.auth_keys) if cfg.auth_keys else None,
-            peer_credentials=Credentials.of(keys=cfg.auth_keys, what="consumer") if cfg.auth_keys else None,
+            # Peers are dialed with the consumer's own token and --consumer.peer-* (https:// peers).
+            peer_credentials=Credentials.of(
+                keys=cfg.auth_keys, cert_file=cfg.peer_tls.cert_file, key_file=cfg.peer_tls.key_file,
+                ca_file=cfg.peer_tls.ca_file, what="consumer",
+            ),
         )
         add_shard_service(self.api, self.grpc_server)
         await self._init_application()

@@ -10,8 +10,14 @@ from gazctl.commands.common import (
     BrokerAddressOption,
     BrokerAuthKeysOption,
     BrokerAuthTokenOption,
+    BrokerCertFileOption,
+    BrokerCertKeyFileOption,
+    BrokerTrustedCAFileOption,
     ConsumerAuthKeysOption,
     ConsumerAuthTokenOption,
+    ConsumerCertFileOption,
+    ConsumerCertKeyFileOption,
+    ConsumerTrustedCAFileOption,
     GlobalOptions,
     LogFormatOption,
     LogLevelOption,
@@ -44,12 +50,21 @@ def root(
     broker_auth_keys: BrokerAuthKeysOption = None,
     consumer_auth_token: ConsumerAuthTokenOption = None,
     consumer_auth_keys: ConsumerAuthKeysOption = None,
+    broker_cert_file: BrokerCertFileOption = None,
+    broker_cert_key_file: BrokerCertKeyFileOption = None,
+    broker_trusted_ca_file: BrokerTrustedCAFileOption = None,
+    consumer_cert_file: ConsumerCertFileOption = None,
+    consumer_cert_key_file: ConsumerCertKeyFileOption = None,
+    consumer_trusted_ca_file: ConsumerTrustedCAFileOption = None,
 ) -> None:
     """gazctl is a command-line tool for interacting with Gazette brokers."""
     ctx.obj = GlobalOptions(broker_address, log_level, log_format)
     CREDENTIAL_FLAGS.set(credential_options(
         broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
         consumer_auth_token=consumer_auth_token, consumer_auth_keys=consumer_auth_keys,
+        broker_cert_file=broker_cert_file, broker_cert_key_file=broker_cert_key_file,
+        broker_trusted_ca_file=broker_trusted_ca_file, consumer_cert_file=consumer_cert_file,
+        consumer_cert_key_file=consumer_cert_key_file, consumer_trusted_ca_file=consumer_trusted_ca_file,
     ))
 
 

@@ -119,6 +119,36 @@ ConsumerAuthKeysOption = Annotated[
     _credential_option("--consumer.auth-keys", "CONSUMER_AUTH_KEYS", "shards.Consumer", "AuthKeys",
                        "Base64 keys of the consumers' --consumer.auth-keys, to sign tokens with"),
 ]
+BrokerCertFileOption = Annotated[
+    str | None,
+    _credential_option("--broker.cert-file", "BROKER_CERT_FILE", BROKER_SECTION, "CertFile",
+                       "PEM client certificate presented to https:// brokers"),
+]
+BrokerCertKeyFileOption = Annotated[
+    str | None,
+    _credential_option("--broker.cert-key-file", "BROKER_CERT_KEY_FILE", BROKER_SECTION, "CertKeyFile",
+                       "PEM private key of --broker.cert-file"),
+]
+BrokerTrustedCAFileOption = Annotated[
+    str | None,
+    _credential_option("--broker.trusted-ca-file", "BROKER_TRUSTED_CA_FILE", BROKER_SECTION, "TrustedCAFile",
+                       "PEM CA certificate(s) trusted for https:// brokers (default: the system's roots)"),
+]
+ConsumerCertFileOption = Annotated[
+    str | None,
+    _credential_option("--consumer.cert-file", "CONSUMER_CERT_FILE", "shards.Consumer", "CertFile",
+                       "PEM client certificate presented to https:// consumers"),
+]
+ConsumerCertKeyFileOption = Annotated[
+    str | None,
+    _credential_option("--consumer.cert-key-file", "CONSUMER_CERT_KEY_FILE", "shards.Consumer", "CertKeyFile",
+                       "PEM private key of --consumer.cert-file"),
+]
+ConsumerTrustedCAFileOption = Annotated[
+    str | None,
+    _credential_option("--consumer.trusted-ca-file", "CONSUMER_TRUSTED_CA_FILE", "shards.Consumer",
+                       "TrustedCAFile", "PEM CA certificate(s) trusted for https:// consumers"),
+]
 
 SelectorOption = Annotated[
     str,
@@ -252,6 +282,14 @@ def _hint(err: Exception) -> str:
             " deleted since it was listed; list the journals again, or use `revision: -1` to overwrite)"
         )
     if isinstance(err, TransportError) and err.code is not None and err.code.name == "UNAVAILABLE":
+        message = str(err).lower()
+        if "wrong_version_number" in message:
+            return " (TLS: the broker does not speak TLS there; use its http:// address)"
+        if "handshake failed" in message:
+            return " (TLS: check --broker.trusted-ca-file, --broker.cert-file and --broker.cert-key-file)"
+        if "https://" in message and "socket closed" in message:
+            return (" (is a broker listening there? one with --broker.server-ca-file drops clients without"
+                    " --broker.cert-file and --broker.cert-key-file)")
         return " (is a broker listening there? set --broker.address or $BROKER_ADDRESS)"
     return ""
 
