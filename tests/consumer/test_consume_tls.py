@@ -52,9 +52,11 @@ async def client(tls_broker: TLSBroker, pki: PKI) -> AsyncIterator[JournalClient
 
 
 class TLSConsumer(ConsumerProcess):
-    def __init__(self, tmp: Path, broker: TLSBroker, etcd: str, prefix: str, db: Path, pki: PKI) -> None:
+    def __init__(
+        self, tmp: Path, broker: TLSBroker, etcd: str, prefix: str, db: Path, pki: PKI, consumer_id: str = "cons-tls"
+    ) -> None:
         super().__init__(
-            tmp, broker, etcd, prefix, db, "cons-tls",
+            tmp, broker, etcd, prefix, db, consumer_id,
             "--consumer.server-cert-file", str(pki.server_cert), "--consumer.server-cert-key-file",
             str(pki.server_key), "--consumer.server-ca-file", str(pki.ca),
             "--consumer.peer-cert-file", str(pki.server_cert), "--consumer.peer-cert-key-file", str(pki.server_key),
@@ -91,7 +93,9 @@ async def test_consumer_serves_tls_and_reads_a_tls_broker(
     await create_journal(client, source)
     db = tmp_path / "counts.db"
     create_tables(db)
-    consumer = TLSConsumer(tmp_path, tls_broker, etcd_endpoint, f"/test/{uuid.uuid4().hex}", db, pki)
+    prefix = f"/test/{uuid.uuid4().hex}"
+    consumer = TLSConsumer(tmp_path, tls_broker, etcd_endpoint, prefix, db, pki)
+    peer: TLSConsumer | None = None
     try:
         await asyncio.to_thread(consumer.wait_ready)
         creds = grpc.ssl_channel_credentials(
@@ -111,6 +115,13 @@ async def test_consumer_serves_tls_and_reads_a_tls_broker(
             [shard] = (await stub.List(cpb.ListRequest())).shards
             assert list(shard.route.endpoints) == [consumer.url]
 
+        # A second member proxies Stat to the primary over TLS, presenting --consumer.peer-cert-file.
+        peer = TLSConsumer(tmp_path, tls_broker, etcd_endpoint, prefix, db, pki, "cons-tls-peer")
+        await asyncio.to_thread(peer.wait_ready)
+        async with grpc.aio.secure_channel(f"127.0.0.1:{peer.port}", creds) as channel:
+            proxied = await stat_through(cpb_grpc.ShardStub(channel), "tls-shard", source.name, head)
+            assert proxied.header.process_id.suffix == "cons-tls", "answered by the primary, through the peer"
+
         # gazctl shards over TLS, its options before the command as Gazette's.
         tls = ["--consumer.trusted-ca-file", str(pki.ca), "--consumer.cert-file", str(pki.client_cert),
                "--consumer.cert-key-file", str(pki.client_key)]
@@ -126,9 +137,12 @@ async def test_consumer_serves_tls_and_reads_a_tls_broker(
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.startswith("error: ") and "CERTIFICATE_VERIFY_FAILED" in done.stderr, done.stderr
     finally:
+        if peer is not None:
+            assert await asyncio.to_thread(peer.stop, signal.SIGTERM) == 0, peer.logs()
         rc = await asyncio.to_thread(consumer.stop, signal.SIGTERM)
     assert rc == 0, consumer.logs()
     assert "Traceback" not in consumer.logs()
+    assert peer is not None and "Traceback" not in peer.logs()
 
 
 def test_unusable_consumer_tls_files_are_one_line_errors(pki: PKI, tmp_path: Path) -> None:
