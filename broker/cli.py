@@ -12,11 +12,11 @@ from typing import Annotated
 import typer
 
 from broker import logs
-from broker.auth import parse_keys
-from broker.client.credentials import TLSFiles
 from broker.errors import AuthError, GazetteError
 from broker.logs import LogFormat
 from broker.protocol import pb
+from broker.protocol.auth import parse_keys
+from broker.protocol.credentials import TLSFiles
 from broker.protocol.validation import (
     MAX_SUFFIX_LEN,
     MAX_ZONE_LEN,

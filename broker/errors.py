@@ -6,7 +6,7 @@ root and carries the journal, offset, spec or file that failed:
 
     GazetteError
     ├── ConfigError                 a flag, environment variable, INI file or option that cannot be used
-    ├── AuthError                   broker.auth: a token that does not verify or grant, keys that do not decode
+    ├── AuthError                   broker.protocol.auth: a token that does not verify or grant, keys that do not decode
     ├── ValidationError             broker.protocol: a value that breaks Gazette's rules (also ValueError)
     │   └── SelectorError           broker.protocol: a label selector that does not parse
     ├── URLError                    broker.protocol: a URL Go's net/url rejects (also ValueError)

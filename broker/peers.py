@@ -7,8 +7,8 @@ from urllib.parse import urlparse
 
 import grpc
 
-from broker.client.credentials import Credentials
 from broker.protocol import pb_grpc
+from broker.protocol.credentials import Credentials
 
 # Peers forward whole appends and stream content: allow messages well past gRPC's 4 MiB default.
 CHANNEL_OPTIONS = [

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from broker.auth import Claims
 from broker.errors import ReplicationError
 from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
+from broker.protocol.auth import Claims
 from broker.protocol.validation import ValidationError, validate_replicate_request
 from broker.state import BrokerState
 

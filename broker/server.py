@@ -16,8 +16,6 @@ from typing import Any
 
 import grpc
 
-from broker.auth import KeyedAuth
-from broker.client.credentials import Credentials, TLSFiles
 from broker.gateway import HttpGateway
 from broker.gateway.local import LocalJournalStub
 from broker.keyspace import (
@@ -34,6 +32,8 @@ from broker.peers import CHANNEL_OPTIONS, PeerDialer
 from broker.persistence import FragmentPersistence
 from broker.pipeline import same_id
 from broker.protocol import pb
+from broker.protocol.auth import KeyedAuth
+from broker.protocol.credentials import Credentials, TLSFiles
 from broker.pulse import run_pulses
 from broker.replica import Replica
 from broker.resolver import Resolver

@@ -18,13 +18,13 @@ import grpc
 from broker import metrics
 from broker.append import Append, readable
 from broker.append_requests import ContentChunk, as_message, parse_append_request
-from broker.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.errors import BrokerError, PipelineError
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
+from broker.protocol.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.protocol.metadata import APPEND_BEGUN, never_begun
 from broker.protocol.validation import (
     ValidationError,

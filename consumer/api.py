@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
-from broker.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.client.config import dial_target
-from broker.client.credentials import Credentials
 from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.protocol import labels
 from broker.protocol import pb as bpb
+from broker.protocol.auth import Capability, Claims, KeyedAuth, authorized, verify_call
+from broker.protocol.credentials import Credentials
 from broker.protocol.validation import ValidationError
 from broker.rpc_decoding import tolerant
 from consumer.protocol import pb, pb_grpc

@@ -55,10 +55,10 @@ import grpc
 import h11
 
 from broker.client.config import dial_target
-from broker.client.credentials import TLSFiles
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
 from broker.peers import CHANNEL_OPTIONS
 from broker.protocol import pb as bpb
+from broker.protocol.credentials import TLSFiles
 from broker.tls import client_context
 from consumer.protocol import pb as cpb
 from consumer.resolver import Resolution, ResolverError, ResolverStopped

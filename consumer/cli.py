@@ -20,9 +20,9 @@ import typer
 
 from broker import cli as broker_cli
 from broker import logs
-from broker.client.credentials import TLSFiles
 from broker.errors import GazetteError
 from broker.logs import LogFormat
+from broker.protocol.credentials import TLSFiles
 from broker.tls import ServerTLS
 from consumer.process import (
     ApplicationLoadError,

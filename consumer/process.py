@@ -42,7 +42,6 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.auth import KeyedAuth
 from broker.client import Credentials, JournalClient, TLSFiles
 from broker.gateway import HttpGateway
 from broker.gateway.app_routes import RouteTable
@@ -50,6 +49,7 @@ from broker.keyspace import open_etcd
 from broker.keyspace.etcd import EtcdConnection
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS
+from broker.protocol.auth import KeyedAuth
 from broker.server import STOP_GRACE, dump_tasks, etcd_credentials, grpc_server_options
 from broker.tls import ServerTLS
 from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)

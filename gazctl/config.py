@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.client.config import BROKER_ADDRESS_ENV, DEFAULT_BROKER_ADDRESS, DialTarget, dial_target
-from broker.client.credentials import Credentials
 from broker.errors import ConfigError
+from broker.protocol.credentials import Credentials
 
 __all__ = [
     "ADDRESS_KEY",

@@ -3,7 +3,7 @@
 A token given as option `authToken` is sent as `authorization: Bearer <token>` on every broker
 call of the driver and the executors (with the TLS files of the `BROKER_*` environment, if any).
 Without it, each process presents what its own environment holds (`$BROKER_AUTH_TOKEN`, or
-`$BROKER_AUTH_KEYS` to sign tokens with: see `broker.client.credentials`).
+`$BROKER_AUTH_KEYS` to sign tokens with: see `broker.protocol.credentials`).
 
 The token is a secret: option objects keep it out of their `repr`, and no message quotes it.
 """
@@ -14,8 +14,8 @@ import os
 
 import grpc
 
-from broker.client.credentials import Credentials
 from broker.client.errors import TransportError
+from broker.protocol.credentials import Credentials
 from pipelines.errors import SparkPipelineError
 
 OPTION = "authToken"

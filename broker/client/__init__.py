@@ -19,7 +19,6 @@
 from broker.client.append_service import AppendService, AsyncAppend
 from broker.client.appender import Appender, append, append_request
 from broker.client.config import DEFAULT_BROKER_ADDRESS, resolve_broker_address
-from broker.client.credentials import Credentials, TLSFiles
 from broker.client.dial import Dialer, JournalClient
 from broker.client.errors import (
     STATUS_ERRORS,
@@ -69,6 +68,7 @@ from broker.client.listing import (
 from broker.client.reader import Reader, RetryReader, read_request
 from broker.client.routes import RouteCache
 from broker.errors import ConfigError, GazetteError
+from broker.protocol.credentials import Credentials, TLSFiles
 
 __all__ = [
     "DEFAULT_BROKER_ADDRESS",

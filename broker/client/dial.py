@@ -13,10 +13,10 @@ from types import TracebackType
 import grpc
 
 from broker.client.config import dial_target, resolve_broker_address
-from broker.client.credentials import Credentials
 from broker.client.http_append import HttpAppends
 from broker.client.routes import RouteCache, primary_endpoint, read_endpoint
 from broker.protocol import pb, pb_grpc
+from broker.protocol.credentials import Credentials
 
 log = logging.getLogger(__name__)
 

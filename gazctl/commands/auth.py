@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from broker.auth import Capability, Claims, KeyedAuth, capability_names, parse_capabilities, selector_json
 from broker.errors import AuthError, ConfigError
+from broker.protocol.auth import Capability, Claims, KeyedAuth, capability_names, parse_capabilities, selector_json
 from broker.specs.durations import DurationError, parse_duration
 from gazctl.commands.common import CREDENTIAL_FLAGS, parse_list_selector, reported
 from gazctl.config import BROKER_SECTION, resolve_option

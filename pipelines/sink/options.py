@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
 from broker.client.config import resolve_broker_address
-from broker.client.credentials import Credentials
 from broker.client.dial import JournalClient
 from broker.client.errors import ClientError, TransportError
 from broker.client.listing import list_journals
 from broker.protocol import labels as lbl
 from broker.protocol import pb
+from broker.protocol.credentials import Credentials
 from broker.protocol.selectors import SelectorError, parse_selector
 from consumer.message.clock import clock_at
 from pipelines import auth

@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 
 from broker.client.append_service import AppendService
-from broker.client.credentials import Credentials
 from broker.client.dial import JournalClient
+from broker.protocol.credentials import Credentials
 from consumer.message.clock import TICK
 from consumer.message.uuid import PRODUCER_ID_LENGTH, Flags, ProducerID, build_uuid
 from pipelines.sink.options import SinkError

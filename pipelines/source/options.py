@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from broker.client.config import dial_target, resolve_broker_address
-from broker.client.credentials import Credentials
 from broker.errors import ConfigError
+from broker.protocol.credentials import Credentials
 from broker.protocol.selectors import parse_selector
 from pipelines import auth
 from pipelines.errors import SparkPipelineError

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import grpc
 
-from broker.auth import Capability, Claims, KeyedAuth
 from broker.client import AppendService, Credentials, JournalClient
 from broker.protocol import pb, pb_grpc
+from broker.protocol.auth import Capability, Claims, KeyedAuth
 from tests.benchmarks.bench_broker import (
     CHANNEL_OPTIONS,
     CHUNK,

@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.auth import Capability, Claims, KeyedAuth
 from broker.client import Credentials, JournalClient, Reader, RetryReader, TransportError, append, list_journals
 from broker.protocol import pb, pb_grpc
+from broker.protocol.auth import Capability, Claims, KeyedAuth
 from broker.protocol.selectors import parse_selector
 from tests.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
 

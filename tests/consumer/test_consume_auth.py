@@ -16,8 +16,8 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from broker.auth import Capability, Claims, KeyedAuth
 from broker.client import AppendService, Credentials, JournalClient
+from broker.protocol.auth import Capability, Claims, KeyedAuth
 from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc

@@ -17,9 +17,9 @@ import grpc
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from broker.auth import Capability, Claims, KeyedAuth, Signer
-from broker.client.credentials import Credentials
 from broker.protocol import pb, pb_grpc
+from broker.protocol.auth import Capability, Claims, KeyedAuth, Signer
+from broker.protocol.credentials import Credentials
 from broker.protocol.selectors import parse_selector
 from pipelines.auth import PipelineAuthError
 from pipelines.definitions.model import JournalsSink, Pipeline, Source

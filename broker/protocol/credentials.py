@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.auth import Signer
 from broker.errors import AuthError, ConfigError
+from broker.protocol.auth import Signer
 
 StubT = TypeVar("StubT")
 
