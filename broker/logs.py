@@ -83,6 +83,7 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(name)
-    # gRPC and etcd client internals are noisy at debug level.
-    for noisy in ("grpc", "aetcd", "asyncio"):
+    # gRPC, etcd and AWS client internals are noisy at debug level; the AWS SDK also logs, with its
+    # traceback, each error it raises to us (a store without credentials, say), which we report.
+    for noisy in ("grpc", "aetcd", "asyncio", "botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))

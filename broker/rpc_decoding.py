@@ -5,6 +5,11 @@ grpcio runs a method's request deserializer where an exception is "unexpected": 
 handler is called, or inside a streaming handler's request iterator. `tolerant` wraps a method
 handler so that its deserializer returns an `Undecodable` instead of raising, and its behaviour
 aborts the RPC when it meets one.
+
+`tolerant` also caps the details of the statuses a handler ends its RPC with (`MAX_DETAILS`): they
+echo what the client sent (a 100,000-character store URL that is not absolute, say), and a grpcio
+client refuses response metadata past 8 KiB, so such a status reached it as RESOURCE_EXHAUSTED
+("received metadata size exceeds soft limit") instead of the INVALID_ARGUMENT it was.
 """
 
 from __future__ import annotations
@@ -13,6 +18,35 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import grpc
+
+MAX_DETAILS = 2048
+"""Bytes (UTF-8) of a status's details kept; percent-encoded, at most three times as many are sent."""
+
+
+def capped(details: str) -> str:
+    """`details`, cut at MAX_DETAILS bytes (on a character boundary) with a note of how much was cut."""
+    data = details.encode("utf-8", "replace")
+    if len(data) <= MAX_DETAILS:
+        return details
+    kept = data[:MAX_DETAILS].decode("utf-8", "ignore")
+    return f"{kept}... ({len(data) - len(kept.encode())} more bytes)"
+
+
+class _CappedContext:
+    """A handler's context whose abort and set_details cap the status details; all else is the context's."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
+        await self._context.abort(code, capped(details), trailing_metadata)
+        raise AssertionError("unreachable")
+
+    def set_details(self, details: str) -> None:
+        self._context.set_details(capped(details))
 
 
 class Undecodable:
@@ -47,7 +81,8 @@ async def _checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerConte
 
 
 def tolerant(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """`handler`, ending its RPC with INTERNAL when a request message does not decode."""
+    """`handler`, ending its RPC with INTERNAL when a request message does not decode, and with
+    status details capped at MAX_DETAILS bytes."""
     parse = _deserializer(handler.request_deserializer)
     serialize = handler.response_serializer
     if handler.unary_unary is not None:
@@ -56,7 +91,7 @@ def tolerant(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         async def uu(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if isinstance(request, Undecodable):
                 await _abort(context, request)
-            return await unary_unary(request, context)
+            return await unary_unary(request, _CappedContext(context))
 
         return grpc.unary_unary_rpc_method_handler(uu, parse, serialize)
     if handler.unary_stream is not None:
@@ -65,7 +100,7 @@ def tolerant(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         async def us(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if isinstance(request, Undecodable):
                 await _abort(context, request)
-            async for response in unary_stream(request, context):
+            async for response in unary_stream(request, _CappedContext(context)):
                 yield response
 
         return grpc.unary_stream_rpc_method_handler(us, parse, serialize)
@@ -73,13 +108,13 @@ def tolerant(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         stream_unary = handler.stream_unary
 
         async def su(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            return await stream_unary(_checked(requests, context), context)
+            return await stream_unary(_checked(requests, context), _CappedContext(context))
 
         return grpc.stream_unary_rpc_method_handler(su, parse, serialize)
     stream_stream = handler.stream_stream
 
     async def ss(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        async for response in stream_stream(_checked(requests, context), context):
+        async for response in stream_stream(_checked(requests, context), _CappedContext(context)):
             yield response
 
     return grpc.stream_stream_rpc_method_handler(ss, parse, serialize)

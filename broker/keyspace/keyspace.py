@@ -33,10 +33,10 @@ WATCH_DELAY = 0.03
 """Seconds watch events are gathered before being applied as one batch."""
 RANGE_PAGE = 1000
 """Keys per Range page during load: keeps each response well under gRPC's message size limit."""
-PROGRESS_AFTER = 0.2
-"""Seconds `wait_for_revision` waits for an event before it asks etcd for the watch's progress
-(then twice as long before asking again, up to PROGRESS_MAX)."""
-PROGRESS_MAX = 5.0
+SETTLE_AFTER = 0.2
+"""Seconds `wait_for_revision` waits for an event before it asks etcd whether anything under the
+root changed through the revision (then twice as long before asking again, up to SETTLE_MAX)."""
+SETTLE_MAX = 5.0
 SEP = "#"
 ITEMS = "/items/"
 MEMBERS = "/members/"
@@ -342,9 +342,8 @@ class KeySpace:
         self.schema = schema
         self.watch_delay = watch_delay
         self.revision = 0
-        """Largest ModRevision applied under the root, or the revision of a later progress
-        notification of the watch (through which there was no event under the root); initially the
-        load's header revision."""
+        """Largest ModRevision applied under the root, or a later revision through which etcd said
+        nothing under the root changed (see `wait_for_revision`); initially the load's header revision."""
         self.generation = 0
         """Number of applied batches (load counts as one)."""
         self.items: dict[str, Item] = {}
@@ -357,8 +356,6 @@ class KeySpace:
         self._changed = asyncio.Event()
         self._observers: list[Observer] = []
         self._task: asyncio.Task[None] | None = None
-        self._watch_requests: asyncio.Queue[Any] | None = None
-        """Requests to send on the running watch's stream (None: no watch running)."""
         self._closed = False
 
     # -- reading --------------------------------------------------------------------------------
@@ -436,19 +433,55 @@ class KeySpace:
 
         A revision need not bring an event under the root: an etcd transaction that changed nothing
         (an Apply of no changes, a delete of an absent key) has the revision of etcd's last write,
-        perhaps one elsewhere. So when the revision does not come soon, this asks etcd for a progress
-        notification, which carries the revision through which the watch has sent every event.
+        perhaps one elsewhere. So when the revision does not come soon, this asks etcd whether any
+        key under the root changed through it; if none did, the mirror is at `revision` already.
+        (Not a progress request on the watch: etcd before 3.5.8 answers those ahead of the events
+        a watch that is catching up has still to send.)
         """
-        delay = PROGRESS_AFTER
+        delay = SETTLE_AFTER
         while self.revision < revision:
             if self._closed:
                 raise KeySpaceClosedError("keyspace mirror closed")
+            # asyncio.wait, not wait_for: Python 3.11's wait_for may swallow a cancellation of the
+            # waiter that comes as the event is set (a replica closing would then run on).
+            waiter = asyncio.ensure_future(self._changed.wait())
             try:
-                await asyncio.wait_for(self._changed.wait(), delay)
-            except TimeoutError:
-                if self._watch_requests is not None:
-                    self._watch_requests.put_nowait(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest()))
-                delay = min(delay * 2, PROGRESS_MAX)
+                done, _ = await asyncio.wait({waiter}, timeout=delay)
+            finally:
+                waiter.cancel()
+            if not done:
+                if self._task is not None and await self._unchanged_through(revision):
+                    # Waiters look again; nothing changed, so observers are not called.
+                    self.revision = max(self.revision, revision)
+                    changed, self._changed = self._changed, asyncio.Event()
+                    changed.set()
+                delay = min(delay * 2, SETTLE_MAX)
+
+    async def _unchanged_through(self, revision: int) -> bool:
+        """Whether no key under the root changed after the mirror's revision through `revision`: none
+        was put since (ModRevision), and as many keys were there before as after (so none deleted).
+        False too when etcd cannot tell (a revision compacted, or still in the future)."""
+        base = self.revision
+        if base <= 0:
+            return False
+        prefix = (self.root + "/").encode()
+
+        async def keys(at: int, **options: Any) -> Any:
+            return await self.client.kvstub.Range(
+                rpc.RangeRequest(key=prefix, range_end=prefix_range_end(prefix), revision=at, **options),
+                timeout=self.client._timeout,
+                metadata=self.client.metadata,
+            )
+
+        try:
+            # etcd filters by ModRevision only the keys it returns (its count is of them all).
+            put = (await keys(revision, keys_only=True, min_mod_revision=base + 1)).kvs
+            unchanged = not put and (await keys(base, count_only=True)).count == (
+                await keys(revision, count_only=True)).count
+        except Exception as exc:  # Compacted, a future revision, or etcd unavailable: wait on.
+            _log.debug("could not tell whether the keyspace changed through %d: %s", revision, exc)
+            return False
+        return unchanged and self.revision == base
 
     def _notify(self) -> None:
         self.generation += 1
@@ -539,14 +572,12 @@ class KeySpace:
                 key=prefix, range_end=prefix_range_end(prefix), start_revision=start_revision
             )
         )
-        outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        hold = asyncio.Event()
 
         async def requests() -> AsyncIterator[Any]:
             yield create
-            # The request stream stays open for as long as the watch is wanted, carrying the
-            # progress requests of `wait_for_revision`.
-            while (request := await outgoing.get()) is not None:
-                yield request
+            # The request stream stays open for as long as the watch is wanted.
+            await hold.wait()
 
         call = rpc.WatchStub(self.client.channel).Watch(requests(), metadata=self.client.metadata)
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -560,7 +591,6 @@ class KeySpace:
                 queue.put_nowait(exc)
 
         reader = asyncio.create_task(read())
-        self._watch_requests = outgoing
         try:
             while True:
                 batch = [await queue.get()]
@@ -570,8 +600,7 @@ class KeySpace:
                     batch.append(queue.get_nowait())
                 self._apply_batch(batch)
         finally:
-            self._watch_requests = None
-            outgoing.put_nowait(None)
+            hold.set()
             call.cancel()
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -594,12 +623,6 @@ class KeySpace:
                     self._notify()
                 raise ConnectionError(f"watch canceled by etcd: {resp.cancel_reason or 'no reason'}")
             self._set_header(resp.header)
-            if not resp.events and not resp.created and resp.header.revision > self.revision:
-                # A progress notification: every event through this revision was sent. Waiters of
-                # `wait_for_revision` look again; nothing changed, so observers are not called.
-                self.revision = resp.header.revision
-                changed, self._changed = self._changed, asyncio.Event()
-                changed.set()
             for event in resp.events:
                 if event.type == rpc.Event.DELETE:
                     self._delete(event.kv.key.decode())

@@ -10,6 +10,7 @@ no traceback in its log.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -56,6 +57,7 @@ class Fuzzed:
 
     def check(self, inp: Input) -> None:
         _, found = check(self.target, self.channel, inp, timeout=10.0, block_deadline=BLOCK_DEADLINE)
+        found = [f for f in found if not f.startswith("known:")]  # See fuzz_grpc's Target.known.
         assert not found, (found, inp.show())
 
 
@@ -106,3 +108,33 @@ def test_applies_that_change_nothing_answer(fuzzed: Fuzzed, stub: pb_grpc.Journa
         assert stub.Apply(bpb.ApplyRequest(), timeout=5).status == bpb.OK
         absent = bpb.ApplyRequest.Change(delete="fuzz/absent", expect_mod_revision=-1)
         assert stub.Apply(bpb.ApplyRequest(changes=[absent]), timeout=5).status == bpb.OK
+
+
+@pytest.mark.xfail(strict=True, reason="consumer/api.py: Stat resolves again until its deadline when the primary "
+                   "is FAILED (see the test); owned by another change, so not fixed here")
+def test_stat_of_a_failed_shard_is_shard_stopped_at_once(fuzzed: Fuzzed) -> None:
+    # Gazette's resolver answers SHARD_STOPPED for a primary whose store will never be ready (a
+    # FAILED replica, `TestResolverErrorCases`); consumer/api.py's Stat instead waits for the route
+    # to change (a hand-off), which a FAILED primary's never does until it is unassigned, so it
+    # answers only at the caller's deadline (60 s without one). The fix: in Stat's loop, answer
+    # SHARD_STOPPED without waiting when the route's primary assignment has code FAILED.
+    shard_stub = cpb_grpc.ShardStub(fuzzed.channel)
+    spec = cpb.ShardSpec(id="fuzz-failing", sources=[cpb.ShardSpec.Source(journal="fuzz/target")],
+                         recovery_log_prefix="fuzz/no-such-recovery-log", hint_prefix="/fuzz/hints",
+                         max_txn_duration=Duration(seconds=1))
+    upsert = cpb.ApplyRequest.Change(upsert=spec, expect_mod_revision=-1)
+    assert shard_stub.Apply(cpb.ApplyRequest(changes=[upsert]), timeout=10).status == cpb.OK
+    selector = bpb.LabelSelector(include=bpb.LabelSet(labels=[bpb.Label(name="id", value="fuzz-failing")]))
+    deadline = time.monotonic() + 30
+    while True:
+        [listed] = shard_stub.List(cpb.ListRequest(selector=selector), timeout=10).shards
+        if listed.status and listed.status[0].code == cpb.ReplicaStatus.FAILED:
+            break
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.1)
+    try:
+        resp = shard_stub.Stat(cpb.StatRequest(shard="fuzz-failing"), timeout=3)
+    finally:
+        delete = cpb.ApplyRequest.Change(delete="fuzz-failing", expect_mod_revision=-1)
+        shard_stub.Apply(cpb.ApplyRequest(changes=[delete]), timeout=10)
+    assert resp.status == cpb.SHARD_STOPPED

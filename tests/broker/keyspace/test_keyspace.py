@@ -176,7 +176,7 @@ async def test_revisions_without_events_under_the_root_are_reached(
 ) -> None:
     # A transaction that changes nothing (an Apply of no changes, a delete of an absent key) has the
     # revision of etcd's last write, here one outside the root: no event under the root brings it,
-    # so the mirror asks for a progress notification (the Apply RPCs of the fuzzing hung here).
+    # so the mirror asks etcd whether anything under it changed (the Apply RPCs of the fuzzing hung here).
     await keyspace.load()
     keyspace.watch()
     generation = keyspace.generation
@@ -187,6 +187,19 @@ async def test_revisions_without_events_under_the_root_are_reached(
     await asyncio.wait_for(keyspace.wait_for_revision(noop), 5)
     assert keyspace.revision == noop
     assert keyspace.generation == generation  # Nothing changed: no batch, no observer call.
+
+    # A revision that did change something under the root (a put, a delete) is reached only by its
+    # events: asked of a mirror that does not watch, etcd says so.
+    put = await etcd_client.put(item_key(etcd_prefix, "q").encode(), pb.JournalSpec(name="q").SerializeToString())
+    still = KeySpace(etcd_client, etcd_prefix)
+    await still.load()
+    deleted = await etcd_client.delete(item_key(etcd_prefix, "q").encode())
+    assert not await still._unchanged_through(deleted.header.revision)
+    put = await etcd_client.put(item_key(etcd_prefix, "r").encode(), pb.JournalSpec(name="r").SerializeToString())
+    assert not await still._unchanged_through(put.header.revision)
+    await asyncio.wait_for(keyspace.wait_for_revision(put.header.revision), 5)
+    assert "q" not in keyspace.journals and "r" in keyspace.journals
+    generation = keyspace.generation
 
     # Events still come through, and their revisions are reached as before.
     put = await etcd_client.put(item_key(etcd_prefix, "p").encode(), pb.JournalSpec(name="p").SerializeToString())
