@@ -10,11 +10,18 @@ from typing import Any
 
 import aetcd
 import pytest
+from grpc._cython import cygrpc
 
 from broker.keyspace.etcd import EtcdProcess, parse_address
 from broker.protocol import pb_grpc
 from tests.harness import BrokerProcess, free_port, serving_broker
 from tests.s3_harness import MotoServer, use_test_credentials
+
+# grpc.aio shuts its poller thread down when its last channel or server is freed, joining that
+# thread; a call left pending in a loop that was closed (a test cut off by its timeout) keeps the
+# thread from ending, and the garbage collector then hangs the whole run in that join, in whatever
+# test happens to be running. One reference held for the session keeps grpc.aio up until exit.
+cygrpc.init_grpc_aio()
 
 # Named in the report's header, so that a run's log says what a fresh install resolved.
 REPORTED_DISTRIBUTIONS = ("pyspark", "pyarrow", "numpy", "grpcio", "protobuf", "aetcd", "boto3", "moto", "typer")
