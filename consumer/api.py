@@ -223,8 +223,8 @@ class ShardAPI(pb_grpc.ShardServicer):
             # A primary that stopped (handed off, or exiting) while the request waited on it: a
             # request this process may route again waits for the shard's route to change, then
             # resolves again, until its deadline.
-            if proxied or status not in RESOLVE_AGAIN or not await self._route_changes(
-                request.shard, res.header.route, deadline
+            if proxied or status not in RESOLVE_AGAIN or self._primary_failed(request.shard) or not (
+                await self._route_changes(request.shard, res.header.route, deadline)
             ):
                 if unavailable:
                     await _abort(context, grpc.StatusCode.UNAVAILABLE, unavailable)
@@ -238,6 +238,11 @@ class ShardAPI(pb_grpc.ShardServicer):
             )
         finally:
             res.done()
+
+    def _primary_failed(self, shard: str) -> bool:
+        """Whether the shard's primary is FAILED: its store will never be ready, and its route does
+        not change until it is unassigned, so a Stat waiting on it answers SHARD_STOPPED at once."""
+        return any(a.slot == 0 and a.value.code == Code.FAILED for a in self.service.keyspace.assignments(shard))
 
     async def _route_changes(self, shard: str, route: bpb.Route, deadline: float) -> bool:
         """Wait until the shard's route differs from `route` (True), or the deadline passes (False)."""

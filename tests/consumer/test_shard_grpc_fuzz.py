@@ -110,14 +110,11 @@ def test_applies_that_change_nothing_answer(fuzzed: Fuzzed, stub: pb_grpc.Journa
         assert stub.Apply(bpb.ApplyRequest(changes=[absent]), timeout=5).status == bpb.OK
 
 
-@pytest.mark.xfail(strict=True, reason="consumer/api.py: Stat resolves again until its deadline when the primary "
-                   "is FAILED (see the test); owned by another change, so not fixed here")
 def test_stat_of_a_failed_shard_is_shard_stopped_at_once(fuzzed: Fuzzed) -> None:
     # Gazette's resolver answers SHARD_STOPPED for a primary whose store will never be ready (a
-    # FAILED replica, `TestResolverErrorCases`); consumer/api.py's Stat instead waits for the route
-    # to change (a hand-off), which a FAILED primary's never does until it is unassigned, so it
-    # answers only at the caller's deadline (60 s without one). The fix: in Stat's loop, answer
-    # SHARD_STOPPED without waiting when the route's primary assignment has code FAILED.
+    # FAILED replica, `TestResolverErrorCases`). Stat waits for a hand-off to resolve again, but a
+    # FAILED primary's route does not change until it is unassigned: it answers at once (it did so
+    # only at the caller's deadline, 60 s without one, before fuzzing found it).
     shard_stub = cpb_grpc.ShardStub(fuzzed.channel)
     spec = cpb.ShardSpec(id="fuzz-failing", sources=[cpb.ShardSpec.Source(journal="fuzz/target")],
                          recovery_log_prefix="fuzz/no-such-recovery-log", hint_prefix="/fuzz/hints",
