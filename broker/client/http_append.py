@@ -8,9 +8,13 @@ bytes to an `http://` endpoint; everything else is a gRPC Append.
 
 The outcome is known as exactly as over gRPC: the gateway commits only once the whole body has
 arrived and answers 204 with the commit (`X-Commit-Begin`, `-End`, `-SHA1-Sum`, the route as
-`X-Route-Token`), or an error status. A connection that fails before the request was written
-raises TransportError (nothing was sent); one that fails after raises AppendOutcomeUnknown; a 500
-naming a status (e.g. `JOURNAL_NOT_FOUND`) raises that status's error, as nothing was committed.
+`X-Route-Token`), or an error status. The request carries `Expect: 100-continue` (its body is sent
+at once all the same): a server answers `100 Continue` when it begins reading the body, before
+anything can be committed, as a broker sends `gazette-append-begun` before reading an Append. So a
+connection that fails before `100 Continue` arrived raises TransportError (nothing was written:
+e.g. a stopping broker closed the kept-alive connection as the request came), and one that fails
+after raises AppendOutcomeUnknown; a 500 naming a status (e.g. `JOURNAL_NOT_FOUND`) raises that
+status's error, as nothing was committed.
 """
 
 from __future__ import annotations
@@ -82,24 +86,31 @@ class HttpAppends:
         if path is None:
             validate_append_request(pb.AppendRequest(journal=journal))  # Once per journal.
             path = self._paths[journal] = quote(journal, safe="/").encode()
-        head = b"PUT /%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n" % (path, host_header, len(content))
+        head = b"PUT /%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n" % (
+            path, host_header, len(content))
         if authorization:
             head += b"Authorization: " + authorization.encode("latin-1") + b"\r\n"
         conn = await self._connect(endpoint, host, port, journal)
+        progress = _Progress()
         try:
             if len(content) <= SMALL_WRITE:
                 conn.writer.write(head + b"\r\n" + content)
             else:  # Not copied into one buffer: the transport sends what it can of each at once.
                 conn.writer.writelines((head + b"\r\n", content))
-            status, headers, body = await _read_response(conn.reader)
+            status, headers, body = await _read_response(conn.reader, progress)
         except NotHttp:
             conn.close()
             self._not_http.add(endpoint)
             raise
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             conn.close()
+            if not progress.begun:
+                raise TransportError(
+                    f"broker {endpoint}: UNAVAILABLE: the connection failed before the broker began the append"
+                    f" ({exc!r})", code=grpc.StatusCode.UNAVAILABLE, journal=journal,
+                ) from None
             raise AppendOutcomeUnknown(
-                f"broker {endpoint}: UNAVAILABLE: the connection failed after the append was sent ({exc!r})",
+                f"broker {endpoint}: UNAVAILABLE: the connection failed after the broker began the append ({exc!r})",
                 code=grpc.StatusCode.UNAVAILABLE, journal=journal,
             ) from None
         except BaseException:
@@ -192,18 +203,28 @@ class HttpAppends:
                 conn.close()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[bytes, bytes], bytes]:
-    """Status, headers (lower-case names) and body of one HTTP/1.1 response (skipping 1xx)."""
+@dataclass
+class _Progress:
+    begun: bool = False
+    """Whether the server answered `100 Continue` (or more): it began reading the append's body."""
+
+
+async def _read_response(reader: asyncio.StreamReader, progress: _Progress) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Status, headers (lower-case names) and body of one HTTP/1.1 response (after any 1xx, each
+    noted in `progress`)."""
     first = await reader.read(7)
-    while len(first) < 7 and first == b"HTTP/1."[: len(first)]:
+    while 0 < len(first) < 7 and b"HTTP/1.".startswith(first):
         more = await reader.read(7 - len(first))
         if not more:
             break
         first += more
-    if first and not first.startswith(b"HTTP/1."):
-        raise NotHttp(f"not an HTTP/1.1 response: {first!r}")
     if not first:
         raise asyncio.IncompleteReadError(b"", None)
+    progress.begun = True  # Whatever the answer, the server took the request in.
+    if not first.startswith(b"HTTP/1."):
+        if b"HTTP/1.".startswith(first):
+            raise asyncio.IncompleteReadError(first, None)  # An answer cut short.
+        raise NotHttp(f"not an HTTP/1.1 response: {first!r}")
     pending = first
     while True:
         head = pending + await reader.readuntil(b"\r\n\r\n")
