@@ -52,12 +52,10 @@ class PeerDialer:
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
         if channel is None:
-            if endpoint.lower().startswith("https://"):
-                # The peer's port speaks TLS: dial it with --broker.peer-cert-file, -key-file, -ca-file.
-                creds = self.credentials.tls.channel_credentials()
-                channel = grpc.aio.secure_channel(grpc_target(endpoint), creds, options=CHANNEL_OPTIONS)
-            else:
-                channel = grpc.aio.insecure_channel(grpc_target(endpoint), options=CHANNEL_OPTIONS)
+            # An https:// peer's port speaks TLS: dialed with --broker.peer-cert-file, -key-file, -ca-file.
+            channel = self.credentials.tls.channel(
+                grpc_target(endpoint), tls=endpoint.lower().startswith("https://"), options=CHANNEL_OPTIONS
+            )
             self._channels[endpoint] = channel
         return channel
 

@@ -115,12 +115,7 @@ class ShardAPI(pb_grpc.ShardServicer):
         stub = self._stubs.get(endpoint)
         if stub is None:
             target = dial_target(endpoint)
-            if target.tls:
-                creds = self.peer_credentials.tls.channel_credentials()
-                channel = grpc.aio.secure_channel(target.target, creds)
-            else:
-                channel = grpc.aio.insecure_channel(target.target)
-            self._channels[endpoint] = channel
+            channel = self._channels[endpoint] = self.peer_credentials.tls.channel(target.target, tls=target.tls)
             stub = self._stubs[endpoint] = self.peer_credentials.authorize(pb_grpc.ShardStub(channel))
         return stub
 

@@ -175,11 +175,7 @@ class AppContext:
         channel = self._channels.get(endpoint)
         if channel is None:
             target = dial_target(endpoint)
-            if target.tls:
-                creds = self.peer_tls.channel_credentials()
-                channel = grpc.aio.secure_channel(target.target, creds, CHANNEL_OPTIONS)
-            else:
-                channel = grpc.aio.insecure_channel(target.target, CHANNEL_OPTIONS)
+            channel = self.peer_tls.channel(target.target, tls=target.tls, options=CHANNEL_OPTIONS)
             self._channels[endpoint] = channel
         return channel
 

@@ -51,11 +51,7 @@ class Dialer:
         channel = self._channels.get(endpoint)
         if channel is None:
             target = dial_target(endpoint)
-            if target.tls:
-                creds = self.credentials.tls.channel_credentials()
-                channel = grpc.aio.secure_channel(target.target, creds, options=self.options)
-            else:
-                channel = grpc.aio.insecure_channel(target.target, options=self.options)
+            channel = self.credentials.tls.channel(target.target, tls=target.tls, options=self.options)
             self._channels[endpoint] = channel
         return channel
 

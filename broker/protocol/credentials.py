@@ -11,7 +11,7 @@ token added as `authorization` metadata to every call that does not carry its ow
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,15 @@ class TLSFiles:
             private_key=_read(self.key_file) if self.key_file else None,
             certificate_chain=_read(self.cert_file) if self.cert_file else None,
         )
+
+
+    def channel(
+        self, target: str, *, tls: bool, options: Sequence[tuple[str, Any]] | None = None
+    ) -> grpc.aio.Channel:
+        """A grpc.aio channel to `target` (`host:port`), over TLS with these files when `tls`."""
+        if tls:
+            return grpc.aio.secure_channel(target, self.channel_credentials(), options=options)
+        return grpc.aio.insecure_channel(target, options=options)
 
 
 def _read(path: str) -> bytes:

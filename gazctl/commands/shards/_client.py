@@ -175,11 +175,7 @@ def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -
     creds = credentials("consumer")
 
     async def main() -> T:
-        if target.tls:
-            channel = grpc.aio.secure_channel(target.target, creds.tls.channel_credentials(), options=options)
-        else:
-            channel = grpc.aio.insecure_channel(target.target, options=options)
-        async with channel:
+        async with creds.tls.channel(target.target, tls=target.tls, options=options) as channel:
             return await work(ShardClient(address.value, creds.authorize(pb_grpc.ShardStub(channel))))
 
     return asyncio.run(main())
