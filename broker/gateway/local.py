@@ -52,9 +52,6 @@ class LocalContext:
     async def abort(self, code: grpc.StatusCode, details: str = "", _trailing: Any = None) -> NoReturn:
         raise _Aborted(code, details)
 
-    def time_remaining(self) -> float | None:
-        return None
-
 
 def _rpc_error(exc: BaseException, method: str) -> grpc.aio.AioRpcError:
     """The AioRpcError a gRPC client would have seen for a handler's exception."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-import json
 import threading
 import time
 import warnings
@@ -322,14 +321,6 @@ class Signer:
 
     def metadata(self) -> tuple[tuple[str, str]]:
         return (("authorization", self.authorization()),)
-
-
-def token_claims_text(token: str) -> str:
-    """The unverified claims of a token, as JSON (for `gazctl auth inspect`-like messages and tests)."""
-    try:
-        return json.dumps(jwt.decode(token, options={"verify_signature": False}), sort_keys=True)
-    except jwt.PyJWTError as exc:
-        raise AuthError(f"not a JWT: {exc}") from None
 
 
 __all__ = [
