@@ -13,7 +13,8 @@ stream in a journal, and played back into another directory, byte for byte.
   `FileRecorder`; `barrier`, `build_hints`.
 - `player`: `Player.play(hints, dir, client)` plays a log back (`.fnodes` staging, then hard links),
   sets `tailing` at the write head, and ends at `finish_at_write_head()` or after
-  `inject_handoff(author)` fenced the log to a new author. `check_log_content_type`.
+  `inject_handoff(author)` fenced the log to a new author; an op that breaks the history it must
+  continue (corrupt or missing content) fails playback. `check_log_content_type`.
 - `hints`: FSMHints in etcd: `fetch_hints`, `store_recorded_hints`, `store_recovered_hints`
   (backup rotation), `pick_first_hints`, and Gazette's JSON (`encode_hints` / `decode_hints`).
 - `errors`: `RecoveryLogError` and its subclasses, each carrying the log, offset, seq_no and author.
@@ -23,6 +24,7 @@ continuing the Player's FSM; its hints go to etcd so the next Player can skip de
 """
 
 from consumer.recoverylog.errors import (
+    BrokenHistoryError,
     ChecksumMismatchError,
     ContentTypeError,
     ExpectedHintedFnodeError,
@@ -69,6 +71,7 @@ __all__ = [
     "FNODE_STAGING_DIR",
     "FSM",
     "PROPERTY_FILES",
+    "BrokenHistoryError",
     "ChecksumMismatchError",
     "ContentTypeError",
     "ExpectedHintedFnodeError",

@@ -13,7 +13,8 @@
         ├── RecorderError           a recorded file operation that is inconsistent with the FSM
         │   └── RecorderFailedError the Recorder cannot append any more (fenced, or an append failed)
         └── PlaybackError           playback cannot go on (possible data loss, a file error, ...)
-            └── ContentTypeError    the log journal is not labelled as a recovery log
+            ├── ContentTypeError    the log journal is not labelled as a recovery log
+            └── BrokenHistoryError  an op that must continue the history does not (corrupt or missing log content)
 
 Each keeps Gazette's wording in `reason`; `str()` is the reason followed by the context known.
 """
@@ -121,7 +122,16 @@ class ContentTypeError(PlaybackError):
     """The log journal's content-type label is not `application/x-gazette-recoverylog`."""
 
 
+class BrokenHistoryError(PlaybackError):
+    """An op that can only continue the history played so far does not: an op of the author of the
+    last applied op (or of the next hinted segment's author, or the log's first op when it is read
+    from its start) with a later seq_no or another checksum than the FSM's next. Such an op means
+    log content is corrupt or missing (a lost stretch, a front-truncated log); playing on would
+    recover an older store silently, so playback fails instead (Gazette logs it and plays on)."""
+
+
 __all__ = [
+    "BrokenHistoryError",
     "ChecksumMismatchError",
     "ContentTypeError",
     "ExpectedHintedFnodeError",

@@ -86,6 +86,8 @@ class FSM:
         """The checksum the next op must have."""
         self.last_log = hints.log
         """The log of the last applied op (or the hints' log)."""
+        self.last_author = 0
+        """The author of the last applied op (0 until one applied): its later ops must chain from it."""
         self.properties: dict[str, str] = {p.path: p.content for p in hints.properties}
         self.live_nodes: dict[int, FnodeState] = {}
         self.links: dict[str, int] = {}
@@ -139,6 +141,7 @@ class FSM:
         self.next_seq_no += 1
         self.next_checksum = crc32c(op_bytes, self.next_checksum)
         self.last_log = op.log
+        self.last_author = op.author
         # Once the current hinted segment is exhausted, skip to the next one.
         if self.hinted_segments and self.hinted_segments[0].last_seq_no < self.next_seq_no:
             del self.hinted_segments[0]

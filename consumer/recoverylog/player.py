@@ -7,8 +7,11 @@
    `read_through` (its write head); a hinted offset at or past it means possible data loss.
 3. Ops are read from each hinted segment's first offset (skipping dead stretches of the log), or
    from offset 0 without hints, and applied to the FSM. Ops the FSM refuses in the ordinary course
-   (an untracked Fnode, an author not hinted, a seq_no already passed) are skipped, write payloads
-   included. Applied creates, writes and last unlinks act on the staged files.
+   (an untracked Fnode, an author not hinted, a seq_no already passed, a branch of another author
+   that lost a race to a hand-off) are skipped, write payloads included. An op that can only be
+   the history's next one and is not (the last applied op's author's, with a later seq_no or
+   another checksum) means corrupt or missing content: BrokenHistoryError, not an older store.
+   Applied creates, writes and last unlinks act on the staged files.
 4. At the head (a non-blocking read finds no more content) the `tailing` event is set, then:
    - with neither signal yet, the Player tails the log (blocking reads): a hot standby;
    - after `finish_at_write_head()`, it makes the files live and returns;
@@ -39,6 +42,8 @@ from broker.protocol import pb as bpb
 from consumer.message.framing.proto_fixed import FIXED_FRAME_HEADER_LENGTH, FIXED_FRAME_WORD
 from consumer.message.readers import fetch_journal_spec
 from consumer.recoverylog.errors import (
+    BrokenHistoryError,
+    ChecksumMismatchError,
     ContentTypeError,
     FnodeNotTrackedError,
     FSMError,
@@ -409,23 +414,48 @@ async def _fill_op(reader: _LogReader, n: int, read_log: str, offset: int) -> No
 
 
 def _apply(fsm: FSM, op: RecordedOp, op_bytes: bytes) -> bool:
-    """Apply `op`; whether it applied. Expected refusals are quiet, others are logged."""
+    """Apply `op`; whether it applied. Expected refusals are quiet, others are logged, and an op
+    that breaks the history it must continue raises BrokenHistoryError."""
     try:
         fsm.apply(op, op_bytes)
         return True
     except (FnodeNotTrackedError, NotHintedAuthorError):
         # A file hinted as deleted later, or a dead branch of the log's history.
         return False
-    except WrongSeqNoError:
-        if op.seq_no >= fsm.next_seq_no:
-            log.info("did not apply FSM operation",
-                     extra={"log": op.log, "offset": op.first_offset, "seq_no": op.seq_no, "error": "wrong seq_no"})
+    except (WrongSeqNoError, ChecksumMismatchError) as exc:
+        if op.seq_no < fsm.next_seq_no:
+            return False  # Read from a lower bound of the hinted offset, or a duplicated append.
+        if _must_continue(fsm, op):
+            raise BrokenHistoryError(
+                f"op does not continue the log's history (expected seq_no {fsm.next_seq_no} and checksum "
+                f"{fsm.next_checksum:#x}, got checksum {op.checksum:#x}): the log is corrupt or a stretch of it is "
+                "missing; possible data loss",
+                log=op.log, offset=op.first_offset, seq_no=op.seq_no, author=op.author,
+            ) from None
+        # A branch of another author (a recorder racing a hand-off): its ops are not the history.
+        log.info("did not apply FSM operation",
+                 extra={"log": op.log, "offset": op.first_offset, "seq_no": op.seq_no, "error": exc.reason})
         return False
     except FSMError as exc:
         # Rare, but possible in normal operation (e.g. during a hand-off, or branched histories).
         log.info("did not apply FSM operation",
                  extra={"log": op.log, "offset": op.first_offset, "seq_no": op.seq_no, "error": str(exc)})
         return False
+
+
+def _must_continue(fsm: FSM, op: RecordedOp) -> bool:
+    """Whether `op` (seq_no at or past the FSM's next) can only be the history's next op.
+
+    One author's ops are appended in order, each chained from the last: an op of the author whose
+    op applied last must be the next one. So must an op of the next hinted segment's author (the
+    FSM checked the author already) before that segment is exhausted, and the first op of a log
+    read from its start. Ops of any other author are a branch that lost a race to a hand-off.
+    """
+    if fsm.hinted_segments:
+        return True
+    if fsm.last_author == 0:
+        return fsm.next_seq_no == 1  # Nothing applied, reading from the log's first op.
+    return op.author == fsm.last_author
 
 
 def _staged_path(dir: str, fnode: int) -> str:

@@ -11,12 +11,12 @@ import pytest
 
 from broker.client import Appender, AppendService, JournalClient, RegisterMismatch
 from consumer.protocol import recoverylog_pb
-from consumer.recoverylog.errors import ContentTypeError, PlaybackError, RecorderFailedError
+from consumer.recoverylog.errors import BrokenHistoryError, ContentTypeError, PlaybackError, RecorderFailedError
 from consumer.recoverylog.fsm import FSM
-from consumer.recoverylog.ops import RecordedOp, author_fence, encode_op, write_op
+from consumer.recoverylog.ops import RecordedOp, author_fence, decode_frames, encode_op, write_op
 from consumer.recoverylog.player import FNODE_STAGING_DIR, Player, Resolved
 from consumer.recoverylog.recorder import FileRecorder, Recorder
-from tests.consumer.recoverylog.conftest import NewLog
+from tests.consumer.recoverylog.conftest import NewLog, read_all
 
 FSMHints = recoverylog_pb.FSMHints
 TIMEOUT = 30
@@ -389,3 +389,154 @@ def test_make_live_refuses_paths_leaving_the_directory(tmp_path: Path) -> None:
         _make_live(str(tmp_path / "dir"), fsm, files)
     files.pop(1).close()  # Still held for the abort's cleanup.
     assert not (tmp_path / "escape").exists()
+
+
+# --- Corrupt and missing log content: BrokenHistoryError, never an older store ------------------
+
+Frame = tuple[RecordedOp, bytes, bytes]
+
+
+async def recorded_frames(log: str, client: JournalClient, ajc: AppendService, tmp_path: Path) -> list[Frame]:
+    """Record the fixture directory to `log` (author 1234) and return the log's frames."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1234, str(src), ajc)
+    record_fixture(RecordedDir(rec))
+    await rec.barrier()
+    return decode_frames(await read_all(client, log), log=log)
+
+
+def reframed(frames: list[Frame]) -> bytes:
+    """Log content of `frames`, each op re-marshalled from its (perhaps altered) fields."""
+    return b"".join(encode_op(op)[0] + payload for op, _, payload in frames)
+
+
+async def rewritten_log(new_log: NewLog, ajc: AppendService, frames: list[Frame]) -> tuple[str, list[int]]:
+    """A new log holding `frames` (one append), and the offset of each frame in it."""
+    log = await new_log()
+    offsets, at = [], 0
+    for op, _, payload in frames:
+        offsets.append(at)
+        at += len(encode_op(op)[0]) + len(payload)
+    await ajc.append(log, reframed(frames))
+    return log, offsets
+
+
+async def broken_history(log: str, hints: FSMHints, client: JournalClient, ajc: AppendService,
+                         out: Path) -> BrokenHistoryError:
+    with pytest.raises(BrokenHistoryError) as info:
+        await play_to_head(hints, out, client, ajc)
+    assert not out.exists()  # Nothing half-played is left behind.
+    assert info.value.log == log
+    assert "possible data loss" in str(info.value)
+    return info.value
+
+
+def index_of(frames: list[Frame], kind: str, nth: int = 0) -> int:
+    return [i for i, (op, _, _) in enumerate(frames) if op.HasField(kind)][nth]
+
+
+async def test_an_intact_rewritten_log_plays_back(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                                  tmp_path: Path) -> None:
+    """The control of the tests below: re-framing the recorded ops changes nothing."""
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    log, _ = await rewritten_log(new_log, ajc, frames)
+    await play_to_head(FSMHints(log=log), tmp_path / "out", client, ajc)
+    assert tree(tmp_path / "out") == tree(tmp_path / "src")
+
+
+async def test_a_corrupt_op_fails_playback_at_the_next_op_of_its_author(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    """A write op whose offset field was scribbled on still decodes and applies; the next op of the
+    same author no longer chains from it, and playback fails there instead of going on."""
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    i = index_of(frames, "write", 2)  # The PATCHED write into dir/sub/b.bin.
+    frames[i][0].write.offset += 7
+    log, offsets = await rewritten_log(new_log, ajc, frames)
+    err = await broken_history(log, FSMHints(log=log), client, ajc, tmp_path / "out")
+    assert (err.offset, err.seq_no, err.author) == (offsets[i + 1], frames[i + 1][0].seq_no, 1234)
+    assert f"expected seq_no {frames[i + 1][0].seq_no} and checksum" in err.reason
+
+
+async def test_a_corrupt_checksum_fails_playback_at_that_op(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    i = index_of(frames, "link")
+    frames[i][0].checksum ^= 0x10
+    log, offsets = await rewritten_log(new_log, ajc, frames)
+    err = await broken_history(log, FSMHints(log=log), client, ajc, tmp_path / "out")
+    assert (err.offset, err.seq_no) == (offsets[i], frames[i][0].seq_no)
+
+
+async def test_a_missing_stretch_fails_playback_with_or_without_hints(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    """Ops lost from the middle of the log (here the create of `c.txt`'s file and its write)."""
+    original = await new_log()
+    frames = await recorded_frames(original, client, ajc, tmp_path)
+    i = index_of(frames, "create", 3)
+    assert frames[i][0].create.path == "/tmp-c"
+    gone = frames[i : i + 2]
+    del frames[i : i + 2]
+    log, offsets = await rewritten_log(new_log, ajc, frames)
+    err = await broken_history(log, FSMHints(log=log), client, ajc, tmp_path / "out")
+    assert (err.offset, err.seq_no) == (offsets[i], gone[-1][0].seq_no + 1)
+    assert f"expected seq_no {gone[0][0].seq_no} " in err.reason
+
+    # Hints of the intact log's live files, moved to the rewritten log (the bytes before the
+    # missing stretch are the same): the hinted history cannot be played either.
+    played = await play_to_head(FSMHints(log=original), tmp_path / "intact", client, ajc)
+    hints = played.fsm.build_hints(log)
+    for node in hints.live_nodes:
+        for seg in node.segments:
+            seg.log = ""
+            seg.first_offset = min(seg.first_offset, offsets[i])
+            seg.last_offset = 0
+    await broken_history(log, hints, client, ajc, tmp_path / "hinted")
+
+
+async def test_a_log_missing_its_beginning_fails_playback_from_its_start(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    log, _ = await rewritten_log(new_log, ajc, frames[3:])
+    err = await broken_history(log, FSMHints(log=log), client, ajc, tmp_path / "out")
+    assert (err.offset, err.seq_no) == (0, frames[3][0].seq_no)
+    assert "expected seq_no 1 " in err.reason
+
+
+async def test_garbage_over_an_op_fails_playback(client: JournalClient, ajc: AppendService, new_log: NewLog,
+                                                  tmp_path: Path) -> None:
+    """Bytes scribbled over a frame: the reader resynchronizes at the next frame, whose op no longer
+    follows the last one applied."""
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    i = index_of(frames, "unlink")
+    content = bytearray(reframed(frames))
+    _, offsets = await rewritten_log(new_log, ajc, frames)  # Only for the offsets.
+    content[offsets[i] : offsets[i] + 6] = b"\xde\xad\xbe\xef\x00\x01"
+    log = await new_log()
+    await ajc.append(log, bytes(content))
+    err = await broken_history(log, FSMHints(log=log), client, ajc, tmp_path / "out")
+    assert (err.offset, err.seq_no) == (offsets[i + 1], frames[i + 1][0].seq_no)
+
+
+async def test_a_branch_of_another_author_is_skipped_not_an_error(
+    client: JournalClient, ajc: AppendService, new_log: NewLog, tmp_path: Path
+) -> None:
+    """Two authors: after author 5678's hand-off no-op, ops of the fenced-out author 1234 (a zombie
+    racing the hand-off) are a dead branch; the history is 5678's, and playback succeeds."""
+    frames = await recorded_frames(await new_log(), client, ajc, tmp_path)
+    i = index_of(frames, "link")
+    cut, tail = frames[:i], frames[i:]
+    last = FSM(FSMHints(log="x"))
+    for op, op_bytes, _ in cut:
+        last.apply(op, op_bytes)
+    handoff = RecordedOp(seq_no=last.next_seq_no, checksum=last.next_checksum, author=5678)
+    log, _ = await rewritten_log(new_log, ajc, [*cut, (handoff, encode_op(handoff)[1], b""), *tail])
+    resolved = await play_to_head(FSMHints(log=log), tmp_path / "out", client, ajc)
+    assert resolved.fsm.last_author == 5678 and resolved.fsm.next_seq_no == handoff.seq_no + 1
+    expect = await play_to_head(FSMHints(log=(await rewritten_log(new_log, ajc, cut))[0]), tmp_path / "cut",
+                                client, ajc)
+    assert tree(tmp_path / "out") == tree(Path(expect.dir))
