@@ -1,0 +1,54 @@
+"""A shard whose recovery log is damaged FAILS, naming the log, offset and seq_no where its history
+breaks, in a real `gazette consume` process: no store is built from what is left of the log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.client import AppendService, JournalClient
+from broker.protocol import labels
+from consumer.protocol import pb as cpb
+from consumer.recoverylog import FSM, FSMHints, Recorder
+from consumer.recoverylog.ops import decode_frames, encode_op
+from tests.broker.client.helpers import create_journal, unique
+from tests.consumer.recoverylog.conftest import read_all
+from tests.consumer.test_recovery_cli import WAIT, Cluster, Code, appender, client, cluster  # noqa: F401  (fixtures)
+from tests.harness import journal_spec
+
+
+async def test_a_log_missing_its_beginning_fails_the_shard(
+    cluster: Cluster, client: JournalClient, appender: AppendService, tmp_path: Path  # noqa: F811
+) -> None:
+    # A history recorded elsewhere, written to the shard's log without its first three ops.
+    scratch = unique("recovery-cli/scratch")
+    await create_journal(client, journal_spec(scratch, content_type=labels.CONTENT_TYPE_RECOVERY_LOG))
+    src = tmp_path / "scratch"
+    src.mkdir()
+    rec = await Recorder.open(scratch, FSM(FSMHints(log=scratch)), 4321, str(src), appender)
+    for name in ("a", "b", "c"):
+        (src / name).write_bytes(b"")
+        rec.record_create(src / name)
+    await rec.barrier()
+    frames = decode_frames(await read_all(client, scratch), log=scratch)
+    assert len(frames) == 3
+    await appender.append(cluster.recovery_log, b"".join(encode_op(op)[0] for op, _, _ in frames[1:]))
+
+    await cluster.start("damaged-a")
+    channel, stub = cluster.stub("damaged-a")
+    async with channel:
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
+        assert applied.status == cpb.OK
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
+            status = [s for shard in listed.shards if shard.spec.id == cluster.shard for s in shard.status]
+            if status and status[0].code == Code.FAILED:
+                break
+            assert loop.time() < deadline, f"{status}\n{cluster.all_logs()}"
+            await asyncio.sleep(0.05)
+    [error] = status[0].errors
+    assert cluster.shard in error and "offset 0" in error and "seq_no 2" in error, error
+    assert "does not continue the log's history" in error and "possible data loss" in error, error
+    assert cluster.state("recovered") is None, "no store was built from the log"
