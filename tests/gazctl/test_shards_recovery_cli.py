@@ -143,7 +143,7 @@ async def test_recover_and_prune_a_shards_recovery_log(
     assert not any(list(root.rglob(name)) for name in names)
 
     # The pruned log still recovers the exact state, offline and in a new primary.
-    code, _, err = gazctl(cluster, "prune-a", "recover", "--id", cluster.shard, "--dir", str(tmp_path / "after"))
+    code, _, err = gazctl(cluster, "prune-a", "recover", "--id", cluster.shard, "-d", str(tmp_path / "after"))
     assert code == 0, err
     assert store_state(tmp_path / "after") == counts(*keys)
     await asyncio.to_thread(cluster.consumers["prune-a"].stop, signal.SIGKILL)

@@ -137,7 +137,9 @@ def recover_command(
     shard_id: Annotated[str, typer.Option("--id", help="ID of the shard whose recovery log to play")] = "",
     directory: Annotated[
         Path | None,
-        typer.Option("--dir", help="Directory to play the log into (created; must not hold files)", show_default=False),
+        typer.Option(
+            "--dir", "-d", help="Directory to play the log into (created; must not hold files)", show_default=False
+        ),
     ] = None,
     consumer_address: ConsumerAddressOption = None,
     broker_address: BrokerAddressOption = None,
@@ -156,7 +158,7 @@ def recover_command(
         if not shard_id:
             raise GazctlError("--id is required: the shard whose recovery log to play")
         if directory is None:
-            raise GazctlError("--dir is required: the directory to play the recovery log into")
+            raise GazctlError("--dir (-d) is required: the directory to play the recovery log into")
         if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
             raise GazctlError(f"--dir {directory} is not an empty directory: recover plays into a new or empty one")
         parsed = parse_shard_selector(f"id={shard_id}", "--id")
