@@ -199,13 +199,16 @@ def sync_command(
     log_level: LogLevelOption = None,
     log_format: LogFormatOption = None,
 ) -> None:
-    """Make the cluster match the spec tree in DIR: plan, then apply the plan in one etcd transaction.
+    """Make the cluster match the spec tree in DIR: plan, then apply the plan.
 
-    Each change is guarded by the revision the plan read: if any planned journal changed in the
-    meantime, sync fails and changes nothing. Journals and shards sync creates or updates carry
-    the label app.gazette.dev/managed-by naming the tree's owner, and the git commit they came
-    from. With shards, journals are created and updated first, then shards are applied through
-    the consumer (one more transaction), then journals are deleted.
+    Each change is guarded by the revision the plan read. A plan of journals only is one etcd
+    transaction: if any planned journal changed in the meantime, sync fails and changes nothing.
+    A plan with shards is applied in steps, each its own transaction: journals created and
+    updated (through the broker), then each consumer group's shard changes (through its Shard
+    API), then journals deleted; a failed step leaves the steps before it applied, and syncing
+    again finishes the work. --max-txn-size splits each step further. Journals and shards sync
+    creates or updates carry the label app.gazette.dev/managed-by naming the tree's owner, and
+    the git commit they came from.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)

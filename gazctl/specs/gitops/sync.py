@@ -1,15 +1,15 @@
 """Applying a plan, guarded by the revisions it read, and reporting what sync last applied.
 
-All journal changes go in one etcd transaction, so a concurrent change to any planned journal
-(a create whose journal appeared, an update or delete whose revision moved) fails the whole
-sync and changes nothing. With `max_txn_size`, changes go in batches of that size: each batch
+A plan of journals only goes in one etcd transaction, so a concurrent change to any planned
+journal (a create whose journal appeared, an update or delete whose revision moved) fails the
+whole sync and changes nothing. With `max_txn_size`, changes go in batches of that size: each batch
 is guarded the same way, but a failed batch leaves the earlier ones applied.
 
 A plan with shard changes is applied in three steps (`phases`), so that no shard ever reads a
-journal that does not exist: journals created or updated (through a broker), then shards
-created, updated or deleted (through a consumer's Shard API, one transaction per consumer group,
-guarded the same way), then journals deleted. A step that fails leaves the steps before it
-applied; planning again and syncing finishes the work.
+journal that does not exist: journals created or updated (through a broker, one transaction),
+then shards created, updated or deleted (through a consumer's Shard API, one transaction per
+consumer group, guarded the same way), then journals deleted (one more transaction). A step that
+fails leaves the steps before it applied; planning again and syncing finishes the work.
 """
 
 from __future__ import annotations
