@@ -16,7 +16,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from broker.client import JournalClient, list_journals
+from broker.client import JournalClient, apply_transactions, list_journals
 from broker.logs import LogFormat
 from broker.protocol import labels
 from broker.protocol import pb as bpb
@@ -321,7 +321,10 @@ def apply_command(
         if not changes:
             raise GazctlError(f"{file}: the shardspace has no shards to apply")
         resp = run(consumer_address, lambda client: client.apply(changes, max_txn_size))
-        log.info("successfully applied", extra={"revision": resp.header.etcd.revision, "changes": len(changes)})
+        log.info("successfully applied", extra={
+            "revision": resp.header.etcd.revision, "changes": len(changes),
+            "transactions": apply_transactions(len(changes), max_txn_size),
+        })
 
 
 @app.command("edit")
@@ -347,15 +350,18 @@ def edit_command(
         if not listed.shards:
             raise GazctlError(f"no shards match --selector {selector!r}")
 
-        def apply_text(text: str) -> int:
+        def apply_text(text: str) -> tuple[int, int]:
             changes = [shardspace.change(flat) for flat in shardspace.load_flat(text, "<edited>")]
             if not changes:
                 raise GazctlError("the shardspace has no shards to apply")
             resp = run(consumer_address, lambda client: client.apply(changes, max_txn_size))
-            return int(resp.header.etcd.revision)
+            return int(resp.header.etcd.revision), len(changes)
 
-        revision = edit_until_applied(to_yaml(listed), apply_text, name="shards")
-        if revision is None:
+        applied = edit_until_applied(to_yaml(listed), apply_text, name="shards")
+        if applied is None:
             sys.stderr.write("edit cancelled: no changes were made\n")
             return
-        log.info("successfully applied", extra={"revision": revision})
+        revision, count = applied
+        log.info("successfully applied", extra={
+            "revision": revision, "changes": count, "transactions": apply_transactions(count, max_txn_size),
+        })
