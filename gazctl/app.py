@@ -6,6 +6,7 @@ import typer
 
 from gazctl.commands import attach_uuids, auth, gitops, journals, pipelines, print_config, shards
 from gazctl.commands.common import (
+    CONSUMER_ADDRESS_FLAG,
     CREDENTIAL_FLAGS,
     BrokerAddressOption,
     BrokerAuthKeysOption,
@@ -23,6 +24,7 @@ from gazctl.commands.common import (
     LogLevelOption,
     credential_options,
 )
+from gazctl.commands.shards._client import ConsumerAddressOption
 
 app = typer.Typer(
     name="gazctl",
@@ -48,6 +50,7 @@ def root(
     log_format: LogFormatOption = None,
     broker_auth_token: BrokerAuthTokenOption = None,
     broker_auth_keys: BrokerAuthKeysOption = None,
+    consumer_address: ConsumerAddressOption = None,
     consumer_auth_token: ConsumerAuthTokenOption = None,
     consumer_auth_keys: ConsumerAuthKeysOption = None,
     broker_cert_file: BrokerCertFileOption = None,
@@ -59,6 +62,7 @@ def root(
 ) -> None:
     """gazctl is a command-line tool for interacting with Gazette brokers."""
     ctx.obj = GlobalOptions(broker_address, log_level, log_format)
+    CONSUMER_ADDRESS_FLAG.set(consumer_address)
     CREDENTIAL_FLAGS.set(credential_options(
         broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
         consumer_auth_token=consumer_auth_token, consumer_auth_keys=consumer_auth_keys,

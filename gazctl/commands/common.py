@@ -40,6 +40,7 @@ from gazctl.config import (
     DialTarget,
     Resolved,
     dial_target,
+    resolve_consumer_address,
     resolve_credentials,
     resolve_option,
 )
@@ -178,11 +179,21 @@ class GlobalOptions:
     log_format: LogFormat | None = None
 
 
+CONSUMER_ADDRESS_FLAG: ContextVar[str | None] = ContextVar("gazctl_consumer_address_flag", default=None)
+"""`--consumer.address` as given before the command (`gazctl --consumer.address URL shards list`), set by the
+root command; a `--consumer.address` after the command wins over it."""
+
 CREDENTIAL_FLAGS: ContextVar[Mapping[str, str | None]] = ContextVar(
     "gazctl_credential_flags", default=MappingProxyType({})
 )
 """The credential flags of the running command line (set by the root command, read wherever a
 command dials: they are given before the command, and commands dial deep in their helpers)."""
+
+
+def resolve_consumer(flag: str | None) -> Resolved:
+    """The consumer address of `gazctl shards` (and of sync's default consumer group): `flag` (given after
+    the command), else `--consumer.address` given before it, then $CONSUMER_ADDRESS, the INI file, the default."""
+    return resolve_consumer_address(flag or CONSUMER_ADDRESS_FLAG.get())
 
 
 def credentials(group: str) -> Credentials:

@@ -37,11 +37,11 @@ from gazctl.commands.common import (
     LogLevelOption,
     Settings,
     reported,
+    resolve_consumer,
     setup,
 )
 from gazctl.commands.shards import _client as shard_client
 from gazctl.commands.shards._client import ConsumerAddressOption
-from gazctl.config import resolve_consumer_address
 from gazctl.specs.gitops import render, source, sync, tree
 from gazctl.specs.gitops.errors import GitOpsError, StalePlan
 from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Kind, Plan, make_plan
@@ -294,7 +294,7 @@ class Consumers:
     def groups(self, spec_tree: tree.SpecTree) -> list[str]:
         """The groups to list: the tree's, the default one if its address is configured, and those named by flag."""
         groups = set(spec_tree.shards) | set(self.named)
-        if resolve_consumer_address(self.default).source != "default":
+        if resolve_consumer(self.default).source != "default":
             groups.add("")
         return sorted(groups)
 

@@ -13,13 +13,23 @@ from gazctl.commands.common import (
     LogLevelOption,
     Settings,
     reported,
+    resolve_consumer,
     setup,
 )
-from gazctl.config import ADDRESS_KEY, BROKER_ADDRESS_ENV, BROKER_SECTION, Resolved
+from gazctl.commands.shards._client import ConsumerAddressOption
+from gazctl.config import (
+    ADDRESS_KEY,
+    BROKER_ADDRESS_ENV,
+    BROKER_SECTION,
+    CONSUMER_ADDRESS_ENV,
+    CONSUMER_SECTION,
+    Resolved,
+)
 
 
-def render(settings: Settings) -> str:
-    """The settings as INI text: each option with a comment saying where its value came from."""
+def render(settings: Settings, consumer_address: Resolved) -> str:
+    """The settings as INI text: each option with a comment saying where its value came from.
+    `consumer_address` is that of `gazctl shards` (`[shards.Consumer] Address`)."""
 
     def option(key: str, resolved: Resolved, flag: str, env: str, help_text: str) -> str:
         source = {"flag": f"flag {flag}", "env": f"${env}", "default": "default"}.get(resolved.source, resolved.source)
@@ -30,6 +40,11 @@ def render(settings: Settings) -> str:
         "; the first gazctl.ini found (./, then ~/.config/gazette/), and its default.\n"
         f"\n[{BROKER_SECTION}]\n"
         + option(ADDRESS_KEY, settings.broker_address, "--broker.address", BROKER_ADDRESS_ENV, "Broker URL")
+        + f"\n[{CONSUMER_SECTION}]\n"
+        + option(
+            ADDRESS_KEY, consumer_address, "--consumer.address", CONSUMER_ADDRESS_ENV,
+            "Consumer URL, of `gazctl shards`",
+        )
         + f"\n[{LOG_SECTION}]\n"
         + option(
             "Level", settings.log_level, "--log.level", "LOG_LEVEL", "Logging level: trace|debug|info|warn|error|fatal"
@@ -45,6 +60,7 @@ def register(app: typer.Typer) -> None:
     def print_config(
         ctx: typer.Context,
         broker_address: BrokerAddressOption = None,
+        consumer_address: ConsumerAddressOption = None,
         log_level: LogLevelOption = None,
         log_format: LogFormatOption = None,
     ) -> None:
@@ -54,4 +70,5 @@ def register(app: typer.Typer) -> None:
         to make the current settings the defaults.
         """
         with reported():
-            sys.stdout.write(render(setup(ctx, broker_address, log_level, log_format)))
+            settings = setup(ctx, broker_address, log_level, log_format)
+            sys.stdout.write(render(settings, resolve_consumer(consumer_address)))

@@ -1,8 +1,9 @@
 """What the `gazctl shards` commands share: `--consumer.address`, the shard selector, and calls of
 the Shard API of a consumer process, whose failures become one-line GazctlErrors.
 
-The consumer address is the first of `--consumer.address`, `$CONSUMER_ADDRESS`, `Address` of
-`[shards.Consumer]` in the first gazctl.ini found, and Gazette's default `http://localhost:8080`.
+The consumer address is the first of `--consumer.address` (after the command, else before it),
+`$CONSUMER_ADDRESS`, `Address` of `[shards.Consumer]` in the first gazctl.ini found, and Gazette's
+default `http://localhost:8080`.
 `gazette consume` listens on a random port unless given `--consumer.port`: the address must name
 a running consumer process (any member of the consumer group; each serves the whole Shard API).
 """
@@ -23,8 +24,7 @@ from broker.protocol import pb as bpb
 from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb, pb_grpc
 from consumer.protocol.validation import validate_list_request
-from gazctl.commands.common import GLOBAL_PANEL, credentials
-from gazctl.config import resolve_consumer_address
+from gazctl.commands.common import GLOBAL_PANEL, credentials, resolve_consumer
 from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
@@ -165,7 +165,7 @@ class ShardClient:
 
 def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -> T:
     """Resolve the consumer address and run `work` with a client of it in a fresh event loop."""
-    address = resolve_consumer_address(address_flag)
+    address = resolve_consumer(address_flag)
     log.debug("resolved consumer address", extra={"address": address.value, "source": address.source})
     try:
         target = dial_target(address.value)
