@@ -138,8 +138,11 @@ class LocalAppendCall:
             raise asyncio.InvalidStateError("the Append has ended")
 
     async def done_writing(self) -> None:
+        """Half-close; a no-op once the Append has ended, as grpc.aio's, even if it ends while
+        this waits for room: its answer is then read from the call."""
         if not self._task.done():
-            await self.write(_END)  # type: ignore[arg-type]
+            with contextlib.suppress(asyncio.InvalidStateError):
+                await self.write(_END)  # type: ignore[arg-type]
 
     def __await__(self) -> Any:
         return self._response().__await__()

@@ -66,3 +66,26 @@ def test_a_blocking_read_whose_client_leaves_ends_quietly(broker: BrokerProcess,
     assert put(broker, name, b"two\n").status == 204  # The reads' ends left the journal as it was.
     added = broker.logs().splitlines()[before:]
     assert not [line for line in added if "Traceback" in line or "in-process" in line], added
+
+
+def test_a_put_the_broker_refuses_before_reading_its_body_is_answered(
+    broker: BrokerProcess, stub: pb_grpc.JournalStub
+) -> None:
+    """An Append the broker answers with a status before it read the whole request (here
+    INSUFFICIENT_JOURNAL_BROKERS: replication 2, one broker) is answered to the PUT with that
+    status, whatever the body: an empty one (a client's write barrier) included. (The relay's
+    half-close, racing the Append's end, dropped the connection with no answer: the client could
+    not know whether the append committed, and a recovering shard's player failed its barrier.)"""
+    name = f"gateway-local/{uuid.uuid4().hex[:8]}"
+    change = pb.ApplyRequest.Change(upsert=journal_spec(name, replication=2), expect_mod_revision=0)
+    assert stub.Apply(pb.ApplyRequest(changes=[change])).status == pb.OK
+    before = broker.logs().count("\n")
+    for body in [b"", b"", b"content\n", b""] * 5:
+        conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=10)
+        conn.request("PUT", f"/{name}", body=body)
+        resp = conn.getresponse()
+        text = resp.read()
+        conn.close()
+        assert (resp.status, text) == (500, b"INSUFFICIENT_JOURNAL_BROKERS\n"), (resp.status, text)
+    added = broker.logs().splitlines()[before:]
+    assert not [line for line in added if "Traceback" in line or "connection failed" in line], added
