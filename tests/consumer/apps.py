@@ -119,7 +119,9 @@ class RecordedCountingApp:
 
     With `state_dir`, it mirrors the counts outside the recorded directory for tests to read:
     `<shard>.committed.json` after each commit ({"pid", "state"}), and `<shard>.recovered.json`
-    with the counts a primary recovered, when its store opened."""
+    with the counts a primary recovered, when its store opened, and the read-through offsets of
+    the checkpoint it recovered, and the recorder's directory the store lives in ({"pid", "state",
+    "read_through", "dir"})."""
 
     def __init__(self, state_dir: Path | None = None, store: str = "json") -> None:
         if store not in ("json", "sqlite"):
@@ -127,13 +129,13 @@ class RecordedCountingApp:
         self.state_dir = state_dir
         self.store_kind = store
 
-    def _mirror(self, shard: Any, kind: str, state: dict[str, Any]) -> None:
+    def _mirror(self, shard: Any, kind: str, state: dict[str, Any], **extra: Any) -> None:
         if self.state_dir is None:
             return
         name = shard.id.replace("/", "_")
         path = self.state_dir / f"{name}.{kind}.json"
         tmp = self.state_dir / f".{name}.{kind}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"pid": os.getpid(), "state": state}, sort_keys=True))
+        tmp.write_text(json.dumps({"pid": os.getpid(), "state": state, **extra}, sort_keys=True))
         os.replace(tmp, path)
 
     @staticmethod
@@ -152,7 +154,10 @@ class RecordedCountingApp:
             store.execute("CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, n INTEGER NOT NULL)")
         else:
             store = JSONFileStore(recorder, {})
-        self._mirror(shard, "recovered", self.counts(store))
+        if self.state_dir is not None:
+            checkpoint = await store.restore_checkpoint(shard)
+            read_through = {j: src.read_through for j, src in checkpoint.sources.items()}
+            self._mirror(shard, "recovered", self.counts(store), read_through=read_through, dir=recorder.dir)
         return store
 
     def new_message(self, spec: Any) -> Event:

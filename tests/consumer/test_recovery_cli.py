@@ -8,8 +8,10 @@ state (and the state a primary recovered) to files the test reads.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,16 +25,16 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from broker.client import AppendService, JournalClient
+from broker.client import AppendService, JournalClient, Reader
 from broker.protocol import labels
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from consumer.recoverylog import FSMHints
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.apps import NDJSON
-from tests.consumer.cli_apps import STATE_DIR_ENV, STORE_ENV
+from tests.consumer.cli_apps import CACHE_PAGES_ENV, HOLD_KEY_ENV, STATE_DIR_ENV, STORE_ENV
 from tests.consumer.test_consume_cli import child_env, publish
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, run_gazctl, wait_http_ready
 
 APP = "tests.consumer.cli_apps:recorded_app"
 LEASE = 3.0
@@ -45,7 +47,7 @@ class Consumer:
     """One `python -m consumer consume` child running the recorded counting app."""
 
     def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, consumer_id: str,
-                 store: str = "json") -> None:
+                 store: str = "json", env: dict[str, str] | None = None) -> None:
         self.id = consumer_id
         self.port = free_port()
         self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
@@ -56,9 +58,8 @@ class Consumer:
             "--etcd.prefix", prefix, "--etcd.lease", str(LEASE), "--log.level", "debug",
         ]
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=child_env(**{STATE_DIR_ENV: str(tmp), STORE_ENV: store, "TMPDIR": str(tmp)}),
-                                     cwd=ROOT)
+        environment = child_env(**{STATE_DIR_ENV: str(tmp), STORE_ENV: store, "TMPDIR": str(tmp), **(env or {})})
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=environment, cwd=ROOT)
 
     @property
     def url(self) -> str:
@@ -116,8 +117,9 @@ class Cluster:
         log_spec = journal_spec(self.recovery_log, content_type=labels.CONTENT_TYPE_RECOVERY_LOG)
         await create_journal(self.client, log_spec)
 
-    async def start(self, *ids: str) -> None:
-        started = [Consumer(self.tmp, self.broker, self.etcd, self.prefix, i, self.store) for i in ids]
+    async def start(self, *ids: str, env: dict[str, str] | None = None) -> None:
+        """Start consumers `ids` (with `env` added to their environment) and wait until they serve."""
+        started = [Consumer(self.tmp, self.broker, self.etcd, self.prefix, i, self.store, env) for i in ids]
         for c in started:
             self.consumers[c.id] = c
         await asyncio.gather(*(asyncio.to_thread(c.wait_ready) for c in started))
@@ -446,6 +448,154 @@ async def test_sqlite_primary_sigkilled_mid_stream_loses_and_repeats_nothing(
     assert all(recovered["state"].get(k, 0) >= n for k, n in committed_before["state"].items()), (
         "the recovered state is at least the last commit the test saw"
     )
+
+
+async def keys_through(client: JournalClient, journal: str, end: int) -> list[str]:
+    """The Keys of the NDJSON messages of `journal` before offset `end` (a message boundary)."""
+    content = b""
+    if end:
+        async with Reader(client, journal, offset=0, end_offset=end, block=False) as reader:
+            async for chunk in reader:
+                content += chunk
+    assert len(content) == end and (end == 0 or content.endswith(b"\n")), (end, content[-200:])
+    return [json.loads(line)["Key"] for line in content.splitlines()]
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """Each file under `directory` (by relative path), and its bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def digests(files: dict[str, bytes]) -> dict[str, tuple[int, str]]:
+    return {name: (len(data), hashlib.sha256(data).hexdigest()[:16]) for name, data in files.items()}
+
+
+def play_log(cluster: Cluster, consumer: str, into: Path) -> dict[str, bytes]:
+    """`gazctl shards recover` (a process of its own) plays the shard's log into `into`; its files' bytes."""
+    done = run_gazctl(cluster.broker, "shards", "recover", "--id", cluster.shard, "--dir", str(into),
+                      env={"CONSUMER_ADDRESS": cluster.consumers[consumer].url})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return files_of(into)
+
+
+async def test_sqlite_primary_sigkilled_inside_an_open_transaction_recovers_its_last_commit_elsewhere(
+    cluster: Cluster, client: JournalClient, appender: AppendService
+) -> None:
+    """A SQLiteStore primary is SIGKILLed while a transaction is open and has written to the store
+    (its writes spilled from SQLite's page cache into the recorded database file, so the log holds
+    them, and the rollback journal that undoes them); the shard restarts on another member, which
+    plays the log: its store holds exactly the last commit, the counts of the source's messages up
+    to the recovered checkpoint, and none of the open transaction's writes."""
+    cluster.store = "sqlite"
+    # Only the first member holds its transaction open at the "hold" message; it is the primary.
+    await cluster.start("open-a", env={HOLD_KEY_ENV: "hold", CACHE_PAGES_ENV: "10"})
+    channel, stub = cluster.stub("open-a")
+    spec = cluster.spec(0)
+    # A transaction stays open at least 2 s: each published batch is consumed in one transaction.
+    spec.min_txn_duration.CopyFrom(Duration(seconds=2))
+    spec.max_txn_duration.CopyFrom(Duration(seconds=60))
+    async with channel:
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=spec)]))).status == cpb.OK
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary="open-a")
+        committed_keys = [f"c{i % 7}" for i in range(40)]
+        committed_head = await publish(appender, cluster.source, *committed_keys)
+        committed = await cluster.wait_committed(counts(*committed_keys))
+        assert committed["pid"] == cluster.consumers["open-a"].proc.pid
+    await cluster.start("open-b")
+
+    # The open transaction: 300 new keys of ~200 bytes (more pages than SQLite's 10-page cache), then
+    # the message that holds it open.
+    open_keys = [f"open-{i:03d}-" + "x" * 200 for i in range(300)] + ["c1", "hold"]
+    await publish(appender, cluster.source, *open_keys)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while (holding := cluster.state("holding")) is None:
+        assert loop.time() < deadline, "the primary never reached the hold message\n" + cluster.all_logs()
+        await asyncio.sleep(0.05)
+    assert holding == {"pid": cluster.consumers["open-a"].proc.pid, "state": counts(*committed_keys, *open_keys)}
+    assert cluster.state("committed") == committed, "the open transaction has not committed"
+
+    # The log holds the open transaction's writes: played as it stands, its rollback journal is hot
+    # (SQLite spilled pages to the database file, journaling their committed content first).
+    await asyncio.sleep(0.5)  # The recorder appends what it recorded.
+    at_kill = cluster.tmp / "played-before-the-kill"
+    played = await asyncio.to_thread(play_log, cluster, "open-a", at_kill)
+    assert len(played.get("store.db-journal", b"")) > 0, sorted((k, len(v)) for k, v in played.items())
+    assert played["store.db"] != b"", played.keys()
+    # SQLite itself rolls that journal back, to the last commit.
+    conn = sqlite3.connect(at_kill / "store.db")
+    try:
+        offline = {str(k): int(n) for k, n in conn.execute("SELECT key, n FROM counts")}
+    finally:
+        conn.close()
+    assert offline == counts(*committed_keys)
+
+    await asyncio.to_thread(cluster.consumers["open-a"].stop, signal.SIGKILL)
+    channel, stub = cluster.stub("open-b")
+    async with channel:
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary="open-b")
+        recovered = cluster.state("recovered")
+        assert recovered is not None and recovered["pid"] == cluster.consumers["open-b"].proc.pid
+        # Exactly the last commit: its checkpoint, and the counts of the messages it read through.
+        assert recovered["read_through"] == {cluster.source: committed_head}
+        from_source = counts(*await keys_through(client, cluster.source, recovered["read_through"][cluster.source]))
+        assert recovered["state"] == from_source == committed["state"]
+        assert not [k for k in recovered["state"] if k.startswith("open-") or k == "hold"]
+
+        # The new primary then counts the open transaction's messages, once.
+        head = await publish(appender, cluster.source, "after")
+        await cluster.stat_through(stub, head)
+        await cluster.wait_committed(counts(*committed_keys, *open_keys, "after"))
+    logs = cluster.consumers["open-b"].logs()
+    assert "played as a new primary" in logs, logs
+
+
+@pytest.mark.parametrize("store", ["json", "sqlite"])
+async def test_a_log_one_member_wrote_replays_byte_identical_in_other_processes(
+    cluster: Cluster, appender: AppendService, store: str
+) -> None:
+    """The files a primary (a `gazette consume` process) keeps in its recorded directory, once its
+    transactions are quiet, are byte for byte those its recovery log plays into elsewhere: by
+    `gazctl shards recover` (a process of its own), and by the other member, a hot standby that
+    played the log as it was written and serves from it after a SIGTERM hand-off."""
+    cluster.store = store
+    await cluster.start("bytes-a", "bytes-b")
+    channel, stub = cluster.stub("bytes-a")
+    async with channel:
+        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(1))]))
+        assert applied.status == cpb.OK
+        first = await cluster.wait_statuses(stub, {Code.PRIMARY: 1, Code.STANDBY: 1})
+        writer = cluster.primary_of(first)
+        standby = "bytes-b" if writer == "bytes-a" else "bytes-a"
+        # Several transactions, of keys of varied lengths (a multi-page database, rewritten state.json).
+        keys: list[str] = []
+        for batch in range(6):
+            keys.extend(f"k{batch}-{i % 9}-" + "v" * (i * 7 % 150) for i in range(40))
+            head = await publish(appender, cluster.source, *keys[-40:])
+            await cluster.stat_through(stub, head)
+            await cluster.wait_committed(counts(*keys))
+        recovered = cluster.state("recovered")
+        assert recovered is not None and recovered["pid"] == cluster.consumers[writer].proc.pid
+    live = files_of(Path(recovered["dir"]))
+    main_file = "store.db" if store == "sqlite" else "state.json"
+    assert len(live.get(main_file, b"")) > 4096, digests(live)
+
+    played = await asyncio.to_thread(play_log, cluster, writer, cluster.tmp / "played")
+    assert played.keys() == live.keys(), (digests(played), digests(live))
+    assert [n for n in live if played[n] != live[n]] == [], (digests(played), digests(live))
+
+    assert await asyncio.to_thread(cluster.consumers[writer].stop, signal.SIGTERM) == 0
+    channel, stub = cluster.stub(standby)
+    async with channel:
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary=standby)
+    promoted = cluster.state("recovered")
+    assert promoted is not None and promoted["pid"] == cluster.consumers[standby].proc.pid
+    assert promoted["state"] == counts(*keys)
+    replayed = files_of(Path(promoted["dir"]))
+    assert replayed.keys() == live.keys(), (digests(replayed), digests(live))
+    assert [n for n in live if replayed[n] != live[n]] == [], (digests(replayed), digests(live))
+    assert "promoted from a hot standby" in cluster.consumers[standby].logs()
+    print(f"{store}: byte-identical in 3 processes: {digests(live)}")
 
 
 async def test_hints_past_the_logs_end_fail_the_shard_naming_the_offset(cluster: Cluster) -> None:
