@@ -38,7 +38,7 @@ from tests.examples.test_stream_sum import (
 )
 from tests.harness import BrokerCluster, BrokerProcess
 
-CHAOS_ROUNDS = 2
+CHAOS_ROUNDS = 4
 __all__ = ["two_brokers"]  # The fixture, shared with test_stream_sum.
 
 KINDS = ("sqlite", "json")
@@ -219,8 +219,8 @@ async def test_recorded_summers_while_consumers_and_brokers_are_sigkilled(
 ) -> None:
     """Issue 16's crash test: SQLite and JSON summers (recorded to replication-2 recovery logs) in 2
     `gazette consume` processes and 2 brokers; in turn a summer process, then a broker, is SIGKILLed
-    and restarted while 2 chunkers run. No shard FAILS, every sum verifies, exactly once. (Two
-    rounds, to keep the test short; test_stream_sum's SQL-store variant runs six.)"""
+    and restarted while 2 chunkers run, four rounds (each summer and each broker killed once). No
+    shard FAILS, every sum verifies, exactly once. (test_stream_sum's SQL-store variant runs six.)"""
     cluster = two_brokers
     store: dict[str, Any] = {"sqlite_dir": tmp_path / "unused"}
     summer = Summer(prefix=f"test/stream-sum/{uuid.uuid4().hex[:12]}/", **store)
