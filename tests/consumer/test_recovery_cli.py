@@ -517,9 +517,12 @@ async def test_sqlite_primary_sigkilled_inside_an_open_transaction_recovers_its_
 
     # The log holds the open transaction's writes: played as it stands, its rollback journal is hot
     # (SQLite spilled pages to the database file, journaling their committed content first).
-    await asyncio.sleep(0.5)  # The recorder appends what it recorded.
-    at_kill = cluster.tmp / "played-before-the-kill"
-    played = await asyncio.to_thread(play_log, cluster, "open-a", at_kill)
+    for attempt in range(10):  # Until the recorder has appended what it recorded.
+        at_kill = cluster.tmp / f"played-before-the-kill-{attempt}"
+        played = await asyncio.to_thread(play_log, cluster, "open-a", at_kill)
+        if played.get("store.db-journal"):
+            break
+        await asyncio.sleep(0.2)
     assert len(played.get("store.db-journal", b"")) > 0, sorted((k, len(v)) for k, v in played.items())
     assert played["store.db"] != b"", played.keys()
     # SQLite itself rolls that journal back, to the last commit.
