@@ -17,7 +17,8 @@ instead of committing), or a transport failure before the commit was asked for (
 commits only when the stream that carried the commit chunk ends). A transport failure after
 that is ambiguous: the append fails with AppendOutcomeUnknown and is not retried, unless the
 service was made with `retry_unknown_outcome=True` (Gazette's own behaviour: at-least-once, for
-content whose readers drop duplicates, such as messages with UUIDs). Other statuses (e.g.
+content whose readers drop duplicates, such as messages with UUIDs), or the batch is empty (a
+write barrier: it writes nothing, so a second try cannot duplicate anything). Other statuses (e.g.
 WRONG_APPEND_OFFSET, JOURNAL_NOT_FOUND) fail the append with their StatusError.
 """
 
@@ -409,7 +410,7 @@ class AppendService:
                     await app.write(chunk)
                 resp = await app.commit()
             except AppendOutcomeUnknown as exc:
-                if not self.retry_unknown_outcome or exc.code in FATAL_CODES:
+                if exc.code in FATAL_CODES or not (self.retry_unknown_outcome or batch.buffer.size == 0):
                     raise
                 error: Exception = exc
             except StatusError as exc:

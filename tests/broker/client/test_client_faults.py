@@ -115,6 +115,21 @@ async def test_unknown_outcome_retried_when_asked_may_duplicate() -> None:
         await server.stop(None)
 
 
+async def test_an_empty_append_of_unknown_outcome_is_retried() -> None:
+    """An empty append (a write barrier, e.g. a recovery log's head) writes nothing: retried whatever
+    the service's setting, so a broker lost mid-barrier does not fail its caller."""
+    server, journal, url = await serve(["fail-after-commit", "commit"])
+    try:
+        async with JournalClient(url) as client, AppendService(client, max_backoff=0.1) as service:
+            barrier = service.append(JOURNAL, b"")
+            resp = await barrier
+            assert resp.status == pb.OK and (barrier.begin, barrier.end) == (0, 0)
+            assert service.stats.retries == 1 and journal.attempts == 2
+        assert journal.committed == b""
+    finally:
+        await server.stop(None)
+
+
 async def test_close_with_cancel_fails_pending_appends() -> None:
     async with JournalClient(f"http://127.0.0.1:{free_port()}") as client:  # Nothing listens there.
         service = AppendService(client, max_backoff=0.05)
