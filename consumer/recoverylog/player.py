@@ -36,7 +36,14 @@ import shutil
 from dataclasses import dataclass
 from typing import IO, Any
 
-from broker.client import AppendService, JournalClient, OffsetJump, OffsetNotYetAvailable, RetryReader
+from broker.client import (
+    AppendOutcomeUnknown,
+    AppendService,
+    JournalClient,
+    OffsetJump,
+    OffsetNotYetAvailable,
+    RetryReader,
+)
 from broker.protocol import labels
 from broker.protocol import pb as bpb
 from consumer.message.framing.proto_fixed import FIXED_FRAME_HEADER_LENGTH, FIXED_FRAME_WORD
@@ -265,6 +272,7 @@ async def _play(
         read_through = 0  # Write head of read_log, as of its barrier (or the injected no-op).
         handoff = 0  # Author to hand off to, once signalled.
         signalled = False
+        noop_unknown = False  # Whether the hand-off no-op's append had an unknown outcome.
 
         while True:
             if fsm.hinted_segments:
@@ -288,7 +296,12 @@ async def _play(
                                     log=read_log, offset=offset)
 
             # Block while tailing, or while behind the head; else find the head without blocking.
-            block = state in (_State.TAIL, _State.READ_HANDOFF_BARRIER) or offset < read_through
+            # (After a no-op of unknown outcome, the head shows whether it landed.)
+            block = (
+                state is _State.TAIL
+                or (state is _State.READ_HANDOFF_BARRIER and not noop_unknown)
+                or offset < read_through
+            )
             if block != reader.block:
                 await cancel_peek()
                 await reader.set_blocking(block)
@@ -325,15 +338,12 @@ async def _play(
                     ok = True
                     return Resolved(hints.log, fsm, dir)
                 if state == _State.INJECT_HANDOFF_AT_HEAD:
-                    frame, _ = encode_op(RecordedOp(seq_no=fsm.next_seq_no, checksum=fsm.next_checksum, author=handoff))
-                    request = bpb.AppendRequest(journal=hints.log, union_registers=author_fence(handoff))
-                    try:
-                        aa = ajc.append(request, frame)
-                        await aa
-                    except Exception as exc:
-                        raise PlaybackError(f"injecting no-op: {exc}", log=hints.log, seq_no=fsm.next_seq_no,
-                                            author=handoff) from exc
-                    state, read_through = _State.READ_HANDOFF_BARRIER, aa.end
+                    read_through, noop_unknown = await _inject_noop(ajc, hints.log, fsm, handoff)
+                    state = _State.READ_HANDOFF_BARRIER
+                    continue
+                if state == _State.READ_HANDOFF_BARRIER and noop_unknown:
+                    # The head, and no sign of the no-op whose append's outcome was unknown: it did not land.
+                    state = _State.INJECT_HANDOFF_AT_HEAD
                     continue
                 raise PlaybackError(f"unexpected head of log in state {state.value}", log=read_log, offset=offset)
             if isinstance(error, OffsetJump):
@@ -395,6 +405,34 @@ async def _play(
         await reader.close()
         if not ok:
             _cleanup_on_abort(dir, files)
+
+
+async def _inject_noop(ajc: AppendService, log_name: str, fsm: FSM, author: int) -> tuple[int, bool]:
+    """Append the hand-off no-op of `author`, sequenced after the ops read, with the author's fence.
+
+    Returns the offset to read through to find it, and whether its outcome is unknown (a broker
+    was lost after the append began): then the offset is the head learned by an empty append, and
+    the reader looks for the no-op up to it, injecting again if it is not there (a second copy of
+    a landed no-op is an op already passed, skipped).
+    """
+    frame, _ = encode_op(RecordedOp(seq_no=fsm.next_seq_no, checksum=fsm.next_checksum, author=author))
+    request = bpb.AppendRequest(journal=log_name, union_registers=author_fence(author))
+    try:
+        aa = ajc.append(request, frame)
+        await aa
+        return aa.end, False
+    except AppendOutcomeUnknown as exc:
+        log.warning("hand-off no-op's outcome is unknown; reading the log to find out",
+                    extra={"log": log_name, "seq_no": fsm.next_seq_no, "error": str(exc)})
+    except Exception as exc:
+        raise PlaybackError(f"injecting no-op: {exc}", log=log_name, seq_no=fsm.next_seq_no, author=author) from exc
+    try:
+        barrier = ajc.append(log_name, b"")
+        await barrier
+    except Exception as exc:
+        raise PlaybackError(f"injecting no-op: determining head of {log_name}: {exc}", log=log_name,
+                            seq_no=fsm.next_seq_no, author=author) from exc
+    return barrier.end, True
 
 
 async def _read_op(reader: _LogReader, read_log: str, offset: int) -> tuple[RecordedOp, bytes]:

@@ -6,10 +6,19 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from broker.client import Appender, AppendService, JournalClient, RegisterMismatch
+from broker.client import (
+    Appender,
+    AppendOutcomeUnknown,
+    AppendService,
+    AsyncAppend,
+    JournalClient,
+    RegisterMismatch,
+)
+from broker.protocol import pb as bpb
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog.errors import BrokenHistoryError, ContentTypeError, PlaybackError, RecorderFailedError
 from consumer.recoverylog.fsm import FSM
@@ -540,3 +549,54 @@ async def test_a_branch_of_another_author_is_skipped_not_an_error(
     expect = await play_to_head(FSMHints(log=(await rewritten_log(new_log, ajc, cut))[0]), tmp_path / "cut",
                                 client, ajc)
     assert tree(tmp_path / "out") == tree(Path(expect.dir))
+
+
+class LosesHandoffReply(AppendService):
+    """A real AppendService whose first register-fencing append (the hand-off no-op) reports an
+    unknown outcome, after appending it (`lands`) or without appending it: a broker lost mid-append."""
+
+    def __init__(self, client: JournalClient, *, lands: bool) -> None:
+        super().__init__(client)
+        self.lands = lands
+        self.faulted = 0
+
+    def append(self, journal: str | bpb.AppendRequest, data: bytes | bytearray | memoryview = b"",
+               **kw: Any) -> AsyncAppend:
+        if not isinstance(journal, bpb.AppendRequest) or not journal.union_registers.labels or self.faulted:
+            return super().append(journal, data, **kw)
+        self.faulted += 1
+        outcome: asyncio.Future[bpb.AppendResponse] = asyncio.get_running_loop().create_future()
+        landed = super().append(journal, data, **kw) if self.lands else None
+
+        async def lose_reply() -> None:
+            if landed is not None:
+                await landed
+            outcome.set_exception(AppendOutcomeUnknown("injected: connection lost after the commit was asked",
+                                                       journal=journal.journal))
+
+        self._lose = asyncio.ensure_future(lose_reply())
+        return AsyncAppend(journal.journal, outcome, 0, len(data))
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["no-op-landed", "no-op-lost"])
+async def test_handoff_noop_of_unknown_outcome_is_found_or_injected_again(
+    client: JournalClient, new_log: NewLog, tmp_path: Path, lands: bool
+) -> None:
+    """A hand-off whose no-op append's reply was lost reads the log to its head: the no-op is there
+    (the hand-off is done) or it is not (injected again); either way exactly one no-op applies."""
+    log = await new_log()
+    src = tmp_path / "src"
+    src.mkdir()
+    async with AppendService(client) as ajc:
+        rec = await Recorder.open(log, FSM(FSMHints(log=log)), 1111, str(src), ajc)
+        RecordedDir(rec).create("f", b"recorded")
+        await rec.barrier()
+    async with LosesHandoffReply(client, lands=lands) as flaky:
+        player = Player()
+        player.inject_handoff(2222)
+        resolved = await asyncio.wait_for(player.play(FSMHints(log=log), tmp_path / "out", client, flaky), TIMEOUT)
+    assert flaky.faulted == 1
+    assert tree(tmp_path / "out") == {"f": b"recorded"}
+    assert resolved.fsm.last_author == 2222
+    noops = [op for op, _, _ in decode_frames(await read_all(client, log), log=log) if op.author == 2222]
+    assert len(noops) == 1  # Found where it landed, or injected again where it did not.
