@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
 
-from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from rich import box
 from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
 from broker.protocol import labels, pb
+from gazctl.protojson import message_to_dict
 from gazctl.specs import journalspace
 
 NONE = "<none>"
@@ -129,26 +127,6 @@ def to_yaml(resp: pb.ListResponse) -> str:
 
 def to_json(resp: pb.ListResponse) -> str:
     """Return one JSON object of the response: proto field names, defaults included, in field order."""
-    doc = json_format.MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    return json.dumps(_in_field_order(resp.DESCRIPTOR, doc))
+    return json.dumps(message_to_dict(resp, with_defaults=True))
 
 
-def _in_field_order(descriptor: Descriptor, doc: dict[str, Any]) -> dict[str, Any]:
-    """Reorder the keys of a MessageToDict result by field number, recursively."""
-    out: dict[str, Any] = {}
-    for field in sorted(descriptor.fields, key=lambda f: f.number):
-        if field.name not in doc:
-            continue
-        value = doc[field.name]
-        sub = field.message_type
-        if sub is not None and field.type == FieldDescriptor.TYPE_MESSAGE and not _is_wkt(sub):
-            if isinstance(value, list):
-                value = [_in_field_order(sub, v) for v in value]
-            elif isinstance(value, dict):
-                value = _in_field_order(sub, value)
-        out[field.name] = value
-    return out
-
-
-def _is_wkt(descriptor: Descriptor) -> bool:
-    return descriptor.full_name.startswith("google.protobuf.")

@@ -7,11 +7,10 @@ import json
 import logging
 import sys
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from google.protobuf import json_format, text_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf import text_format
 from rich import box
 from rich.table import Table
 from rich.text import Text
@@ -46,6 +45,7 @@ from gazctl.commands.shards._client import (
 from gazctl.commands.shards.lag import SourceLag, fetch_lag
 from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
+from gazctl.protojson import message_to_dict
 from gazctl.specs import shardspace
 
 log = logging.getLogger("gazctl")
@@ -245,31 +245,10 @@ def to_yaml(resp: pb.ListResponse) -> str:
 def to_json(resp: pb.ListResponse, lags: list[SourceLag] | None = None) -> str:
     """One JSON object of the response: proto field names, defaults included, in field order;
     with `lags`, a `lag` list of {shard, journal, write_head, read_through, lag} after them."""
-    doc = json_format.MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    out = _in_field_order(resp.DESCRIPTOR, doc)
+    out = dict(message_to_dict(resp, with_defaults=True))
     if lags is not None:
         out["lag"] = [item.as_dict() for item in lags]
     return json.dumps(out)
-
-
-def _in_field_order(descriptor: Descriptor, doc: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field in sorted(descriptor.fields, key=lambda f: f.number):
-        if field.name not in doc:
-            continue
-        value = doc[field.name]
-        sub = field.message_type
-        if (
-            sub is not None
-            and field.type == FieldDescriptor.TYPE_MESSAGE
-            and not sub.full_name.startswith("google.protobuf.")
-        ):
-            if isinstance(value, list):
-                value = [_in_field_order(sub, v) for v in value]
-            elif isinstance(value, dict) and not sub.GetOptions().map_entry:
-                value = _in_field_order(sub, value)
-        out[field.name] = value
-    return out
 
 
 @app.command("apply")

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from broker.protocol import pb
 from consumer.protocol import pb as cpb
+from gazctl.protojson import MessageDicts
 from gazctl.specs.gitops.errors import GitOpsError
 from gazctl.specs.gitops.plan import Action, Change, FieldChange, Kind, Plan, Value
 
@@ -111,6 +112,7 @@ def to_document(plan: Plan) -> dict[str, Any]:
     }
     if plan.shards:
         doc["summary_by_kind"] = {"journals": plan.summary_of(Kind.journal), "shards": plan.summary_of(Kind.shard)}
+    dicts = MessageDicts()  # The specs of a template share most sub-messages: each converted once.
     doc["changes"] = [
         {
             "kind": c.kind.value,
@@ -121,7 +123,7 @@ def to_document(plan: Plan) -> dict[str, Any]:
             "drift": c.drift,
             "adopt": c.adopt,
             "fields": [{"field": f.field, "old": f.old, "new": f.new} for f in c.fields],
-            "spec": json_format.MessageToDict(c.spec, preserving_proto_field_name=True) if c.spec else None,
+            "spec": dicts.of(c.spec) if c.spec else None,
         }
         for c in plan.changes
     ]
