@@ -22,7 +22,7 @@ import copy
 import io
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ruamel.yaml import YAML
@@ -274,9 +274,15 @@ def push_down(root: Node) -> Node:
     by name with the journal's winning, stores are inherited only if not given, `suspend` is
     never inherited, and an unset `delete` takes the parent's.
     """
-    out = copy.deepcopy(root)
+    out = _copy_nodes(root)
     _push_down(out, pb.JournalSpec(), None)
     return out
+
+
+def _copy_nodes(node: Node) -> Node:
+    """A copy of the tree's nodes, sharing their specs: push-down replaces specs, never changes one
+    (a deep copy of a 10,000-journal tree took half a second)."""
+    return replace(node, children=[_copy_nodes(child) for child in node.children])
 
 
 def _push_down(node: Node, parent: pb.JournalSpec, parent_delete: bool | None) -> None:
