@@ -38,7 +38,8 @@ class MessageDicts:
         if _is_well_known(descriptor):
             return self._to_dict(message)
         nested: dict[str, Any] = {}
-        for field, value in message.ListFields():
+        present = message.ListFields()
+        for field, value in present:
             sub = field.message_type
             if sub is None or sub.GetOptions().map_entry:
                 continue  # A scalar, or a map: MessageToDict's.
@@ -46,13 +47,16 @@ class MessageDicts:
                 nested[field.name] = [self._shared(v) for v in value]
             else:
                 nested[field.name] = self._shared(value)
-        flat = message
-        if nested:
+        if len(nested) == len(present):
+            base = self._defaults(type(message))  # Nothing else is set (e.g. a LabelSet).
+        elif nested:
             flat = type(message)()
             flat.CopyFrom(message)
             for name in nested:
                 flat.ClearField(name)
-        base = self._to_dict(flat)
+            base = self._to_dict(flat)
+        else:
+            base = self._to_dict(message)
         out: dict[str, Any] = {}
         for field in _by_number(descriptor):
             name = field.name
@@ -67,6 +71,13 @@ class MessageDicts:
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self.of(message)
+        return hit
+
+    def _defaults(self, cls: type[Message]) -> Any:
+        key = (cls.DESCRIPTOR.full_name, b"")
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._to_dict(cls())
         return hit
 
     def _to_dict(self, message: Message) -> Any:
