@@ -8,6 +8,7 @@ Message fields that Go holds by pointer are checked with `HasField`; those Go ho
 
 from __future__ import annotations
 
+import functools
 import string
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -207,6 +208,11 @@ def validate_journal_spec(spec: pb.JournalSpec) -> None:
             _validate_journal_suspend(spec.suspend)
 
 
+# Enum values as sets: `values()` builds a list on every call, and specs are validated by the thousand.
+_CODECS = frozenset(pb.CompressionCodec.values())
+_FLAGS = frozenset(pb.JournalSpec.Flag.values())
+
+
 def validate_journal_spec_fragment(frag: pb.JournalSpec.Fragment) -> None:
     """Require a well-formed JournalSpec.Fragment: length, codec, stores and intervals."""
     if not MIN_FRAGMENT_LEN <= frag.length <= MAX_FRAGMENT_LEN:
@@ -217,13 +223,9 @@ def validate_journal_spec_fragment(frag: pb.JournalSpec.Fragment) -> None:
         validate_compression_codec(frag.compression_codec)
     for i, store in enumerate(frag.stores):
         with in_context(f"Stores[{i}]"):
-            validate_fragment_store(store)
+            scheme = _valid_store_scheme(store)
         # Offloaded decompression relies on a store serving Content-Encoding; files can't.
-        if (
-            i == 0
-            and parse_url(store).scheme == "file"
-            and frag.compression_codec == pb.GZIP_OFFLOAD_DECOMPRESSION
-        ):
+        if i == 0 and scheme == "file" and frag.compression_codec == pb.GZIP_OFFLOAD_DECOMPRESSION:
             raise ValidationError(f"GZIP_OFFLOAD_DECOMPRESSION is incompatible with file:// stores ({store})")
 
     refresh = duration_ns(frag.refresh_interval)
@@ -244,7 +246,7 @@ def validate_journal_spec_fragment(frag: pb.JournalSpec.Fragment) -> None:
 
 def validate_compression_codec(codec: int) -> None:
     """Require a defined CompressionCodec other than INVALID."""
-    if codec not in pb.CompressionCodec.values() or codec == pb.INVALID:
+    if codec not in _CODECS or codec == pb.INVALID:
         # Go prints an undefined enum value as its number.
         name = "INVALID" if codec == pb.INVALID else str(codec)
         raise ValidationError(f"invalid value ({name})")
@@ -252,7 +254,7 @@ def validate_compression_codec(codec: int) -> None:
 
 def validate_journal_flags(flags: int) -> None:
     """Require exactly one JournalSpec.Flag value (they are bits, but combinations are invalid)."""
-    if flags not in pb.JournalSpec.Flag.values():
+    if flags not in _FLAGS:
         raise ValidationError(f"invalid combination ({flags})")
 
 
@@ -346,6 +348,12 @@ def _action_end(template: str, pos: int) -> int:
 
 def validate_fragment_store(url: str) -> None:
     """Require a fragment store URL: absolute, a known scheme, and a path ending in `/`."""
+    _valid_store_scheme(url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_store_scheme(url: str) -> str:
+    """The scheme of a valid fragment store URL (remembered: the specs of a tree share a few stores)."""
     parsed = _parse_url(url)
     if not parsed.is_abs():
         raise ValidationError(f"not absolute ({url})")
@@ -368,6 +376,7 @@ def validate_fragment_store(url: str) -> None:
         raise ValidationError(f"invalid scheme ({scheme})")
     if not parsed.path.endswith("/"):
         raise ValidationError(f"path component doesn't end in '/' ({parsed.path})")
+    return scheme
 
 
 # Brokers, routes and headers.
