@@ -9,6 +9,7 @@ which makes a 10,000-spec document several times faster than MessageToDict alone
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -49,6 +50,8 @@ class MessageDicts:
                 nested[field.name] = self._shared(value)
         if len(nested) == len(present):
             base = self._defaults(type(message))  # Nothing else is set (e.g. a LabelSet).
+        elif (scalars := self._scalars(message, present)) is not None:
+            base = scalars
         elif nested:
             flat = type(message)()
             flat.CopyFrom(message)
@@ -73,6 +76,34 @@ class MessageDicts:
             hit = self._cache[key] = self.of(message)
         return hit
 
+    def _scalars(self, message: Message, present: Sequence[tuple[Any, Any]]) -> dict[str, Any] | None:
+        """MessageToDict of the message's scalar fields when all are of the common types (strings,
+        bools, integers, enums, or repeated ones of those) and it has no map set (None otherwise),
+        without its per-call cost."""
+        out: dict[str, Any] = {}
+        for field, value in present:
+            if field.message_type is not None:
+                if field.message_type.GetOptions().map_entry:
+                    return None
+                continue  # Converted apart.
+            convert = _SCALARS.get(field.type)
+            if convert is None:
+                return None
+            out[field.name] = [convert(field, v) for v in value] if field.is_repeated else convert(field, value)
+        if self.with_defaults:
+            for field in message.DESCRIPTOR.fields:
+                if field.name in out or field.has_presence:
+                    continue
+                if field.message_type is not None:
+                    if field.message_type.GetOptions().map_entry:
+                        out[field.name] = {}
+                    continue
+                convert = _SCALARS.get(field.type)
+                if convert is None:
+                    return None
+                out[field.name] = [] if field.is_repeated else convert(field, field.default_value)
+        return out
+
     def _defaults(self, cls: type[Message]) -> Any:
         key = (cls.DESCRIPTOR.full_name, b"")
         hit = self._cache.get(key)
@@ -85,6 +116,36 @@ class MessageDicts:
             message, preserving_proto_field_name=True, always_print_fields_with_no_presence=self.with_defaults
         )
 
+
+def _enum_name(field: Any, value: int) -> Any:
+    named = field.enum_type.values_by_number.get(value) if field.enum_type is not None else None
+    return named.name if named is not None else value
+
+
+def _same(_field: Any, value: Any) -> Any:
+    return value
+
+
+def _decimal(_field: Any, value: int) -> str:
+    return str(value)  # 64-bit integers are JSON strings.
+
+
+_SCALARS: dict[int, Callable[[Any, Any], Any]] = {
+    FieldDescriptor.TYPE_STRING: _same,
+    FieldDescriptor.TYPE_BOOL: _same,
+    FieldDescriptor.TYPE_INT32: _same,
+    FieldDescriptor.TYPE_SINT32: _same,
+    FieldDescriptor.TYPE_SFIXED32: _same,
+    FieldDescriptor.TYPE_UINT32: _same,
+    FieldDescriptor.TYPE_FIXED32: _same,
+    FieldDescriptor.TYPE_INT64: _decimal,
+    FieldDescriptor.TYPE_SINT64: _decimal,
+    FieldDescriptor.TYPE_SFIXED64: _decimal,
+    FieldDescriptor.TYPE_UINT64: _decimal,
+    FieldDescriptor.TYPE_FIXED64: _decimal,
+    FieldDescriptor.TYPE_ENUM: _enum_name,
+}
+"""How MessageToDict writes each common scalar type; others (floats, bytes) are left to it."""
 
 _ORDER: dict[str, list[FieldDescriptor]] = {}
 

@@ -58,6 +58,7 @@ def test_documents_equal_message_to_dict_in_field_order() -> None:
         s.spec.sources.add(journal=f"j/{i}", min_offset=i)
         s.spec.max_txn_duration.nanos = 50_000_000
         s.status.add(code=cpb.ReplicaStatus.PRIMARY, errors=["x"] if i else [])
+        s.status.add(code=99)  # type: ignore[arg-type]  # A value this schema does not name: its number.
     checkpoint = cpb.Checkpoint()  # Maps, of scalars and of messages.
     checkpoint.sources["j/1"].read_through = 7
     checkpoint.ack_intents["j/2"] = b"\x00ack"
