@@ -45,19 +45,19 @@ class ConsumerProcess:
     """One `python -m consumer consume` child (what the `gazette` console script runs)."""
 
     def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, db: Path, consumer_id: str,
-                 *extra: str) -> None:
+                 *extra: str, app: str = APP, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.broker_url = broker.url
         self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
         args = [
-            sys.executable, "-m", "consumer", "consume", APP,
+            sys.executable, "-m", "consumer", "consume", app,
             "--consumer.id", consumer_id, "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
             "--etcd.prefix", prefix, "--etcd.lease", "10", "--log.level", "debug", *extra,
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=child_env(**{COUNTS_DB_ENV: str(db)}), cwd=ROOT)
+                                     env=child_env(**{COUNTS_DB_ENV: str(db), **(env or {})}), cwd=ROOT)
 
     @property
     def url(self) -> str:

@@ -164,6 +164,18 @@ class Cluster:
                 pytest.fail(f"shard statuses {got}, wanted counts {want}\n" + self.all_logs())
             await asyncio.sleep(0.05)
 
+    async def wait_failed(self, stub: cpb_grpc.ShardStub) -> cpb.ReplicaStatus:
+        """Wait until the shard's primary slot reports FAILED; its status."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
+            status = [s for shard in listed.shards if shard.spec.id == self.shard for s in shard.status]
+            if status and status[0].code == Code.FAILED:
+                return status[0]
+            assert loop.time() < deadline, f"{status}\n{self.all_logs()}"
+            await asyncio.sleep(0.05)
+
     def primary_of(self, statuses: dict[str, tuple[int, int]]) -> str:
         [primary] = [cid for cid, (slot, code) in statuses.items() if slot == 0 and code == Code.PRIMARY]
         return primary
@@ -614,15 +626,6 @@ async def test_hints_past_the_logs_end_fail_the_shard_naming_the_offset(cluster:
         )
         change = cpb.ApplyRequest.Change(upsert=cluster.spec(0), primary_hints=hints)
         assert (await stub.Apply(cpb.ApplyRequest(changes=[change]))).status == cpb.OK
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while True:
-            listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
-            status = [s for shard in listed.shards if shard.spec.id == cluster.shard for s in shard.status]
-            if status and status[0].code == Code.FAILED:
-                break
-            assert loop.time() < deadline, f"{status}\n{cluster.all_logs()}"
-            await asyncio.sleep(0.05)
-        [error] = status[0].errors
+        [error] = (await cluster.wait_failed(stub)).errors
         assert cluster.recovery_log in error and "1048576" in error and "possible data loss" in error, error
         assert cluster.state("recovered") is None, "no store was built from the log"

@@ -3,7 +3,6 @@ breaks, in a real `gazette consume` process: no store is built from what is left
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from broker.client import AppendService, JournalClient
@@ -13,7 +12,7 @@ from consumer.recoverylog import FSM, FSMHints, Recorder
 from consumer.recoverylog.ops import decode_frames, encode_op
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.recoverylog.conftest import read_all
-from tests.consumer.test_recovery_cli import WAIT, Cluster, Code, appender, client, cluster  # noqa: F401  (fixtures)
+from tests.consumer.test_recovery_cli import Cluster, appender, client, cluster  # noqa: F401  (fixtures)
 from tests.harness import journal_spec
 
 
@@ -39,16 +38,7 @@ async def test_a_log_missing_its_beginning_fails_the_shard(
     async with channel:
         applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
         assert applied.status == cpb.OK
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while True:
-            listed = await stub.List(cpb.ListRequest(), timeout=WAIT)
-            status = [s for shard in listed.shards if shard.spec.id == cluster.shard for s in shard.status]
-            if status and status[0].code == Code.FAILED:
-                break
-            assert loop.time() < deadline, f"{status}\n{cluster.all_logs()}"
-            await asyncio.sleep(0.05)
-    [error] = status[0].errors
+        [error] = (await cluster.wait_failed(stub)).errors
     assert cluster.shard in error and "offset 0" in error and "seq_no 2" in error, error
     assert "does not continue the log's history" in error and "possible data loss" in error, error
     assert cluster.state("recovered") is None, "no store was built from the log"

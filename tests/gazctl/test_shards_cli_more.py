@@ -26,11 +26,10 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from gazctl.editor import ERROR_HEADER
 from tests.consumer.apps import create_tables
-from tests.consumer.cli_apps import COUNTS_DB_ENV
-from tests.consumer.test_consume_cli import ConsumerProcess, child_env
+from tests.consumer.test_consume_cli import ConsumerProcess
 from tests.gazctl.shard_apps import GATE_ENV
 from tests.gazctl.test_shards_cli import JOURNALS, one_line_error, table_rows
-from tests.harness import ROOT, BrokerProcess, free_port, gazctl_env, run_gazctl
+from tests.harness import BrokerProcess, free_port, gazctl_env, run_gazctl
 
 APP = "tests.gazctl.shard_apps:gated_app"
 WAIT = 60.0
@@ -43,18 +42,7 @@ class GatedConsumer(ConsumerProcess):
 
     def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, prefix: str, db: Path, consumer_id: str,
                  gate: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.broker_url = broker.url
-        self.log_path = tmp / f"consumer-{consumer_id}-{self.port}.log"
-        args = [
-            sys.executable, "-m", "consumer", "consume", APP,
-            "--consumer.id", consumer_id, "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
-            "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
-            "--etcd.prefix", prefix, "--etcd.lease", "10", "--log.level", "debug", *extra,
-        ]
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=child_env(**{COUNTS_DB_ENV: str(db), GATE_ENV: str(gate)}), cwd=ROOT)
+        super().__init__(tmp, broker, etcd, prefix, db, consumer_id, *extra, app=APP, env={GATE_ENV: str(gate)})
 
 
 class Target(Protocol):
