@@ -246,12 +246,7 @@ async def _play(
         for name in logs:
             if check_content_type:
                 await check_log_content_type(client, name)
-            try:
-                aa = ajc.append(name, b"")
-                await aa
-            except Exception as exc:
-                raise PlaybackError(f"determining head of {name}: {exc}", log=name) from exc
-            heads[name] = aa.end
+            heads[name] = await _write_head(ajc, name)
         for seg in fsm.hinted_segments:
             head = heads[seg.log]
             if seg.first_offset >= head or seg.last_offset > head:
@@ -426,13 +421,17 @@ async def _inject_noop(ajc: AppendService, log_name: str, fsm: FSM, author: int)
                     extra={"log": log_name, "seq_no": fsm.next_seq_no, "error": str(exc)})
     except Exception as exc:
         raise PlaybackError(f"injecting no-op: {exc}", log=log_name, seq_no=fsm.next_seq_no, author=author) from exc
+    return await _write_head(ajc, log_name), True
+
+
+async def _write_head(ajc: AppendService, log_name: str) -> int:
+    """The log's write head, as the end of an empty append (a write barrier)."""
     try:
         barrier = ajc.append(log_name, b"")
         await barrier
     except Exception as exc:
-        raise PlaybackError(f"injecting no-op: determining head of {log_name}: {exc}", log=log_name,
-                            seq_no=fsm.next_seq_no, author=author) from exc
-    return barrier.end, True
+        raise PlaybackError(f"determining head of {log_name}: {exc}", log=log_name) from exc
+    return barrier.end
 
 
 async def _read_op(reader: _LogReader, read_log: str, offset: int) -> tuple[RecordedOp, bytes]:
