@@ -31,6 +31,7 @@ class MessageDicts:
     def __init__(self, *, with_defaults: bool = False) -> None:
         self.with_defaults = with_defaults
         self._cache: dict[tuple[str, bytes], Any] = {}
+        self._empty: dict[str, Any] = {}  # MessageToDict of each type's empty message.
 
     def of(self, message: Message) -> Any:
         """A message's dict (or, for a well-known type such as Duration, its JSON value). Do not
@@ -105,10 +106,10 @@ class MessageDicts:
         return out
 
     def _defaults(self, cls: type[Message]) -> Any:
-        key = (cls.DESCRIPTOR.full_name, b"")
-        hit = self._cache.get(key)
+        name = cls.DESCRIPTOR.full_name
+        hit = self._empty.get(name)
         if hit is None:
-            hit = self._cache[key] = self._to_dict(cls())
+            hit = self._empty[name] = self._to_dict(cls())
         return hit
 
     def _to_dict(self, message: Message) -> Any:
