@@ -8,7 +8,7 @@
 - `mapping`: modulo, rendezvous and random mappings of messages to journals.
 - `sequencer`: the `Sequencer`, which orders, deduplicates and commits envelopes.
 - `publisher`: the `Publisher` (committed and transactional publishing, ACK intents).
-- `readers`: `read_uncommitted` and `read_committed` async iterators over a journal.
+- `readers`: `read_uncommitted` (`read_uncommitted_batches`) and `read_committed` async iterators over a journal.
 - `errors`: the `MessageError` hierarchy.
 """
 
@@ -63,7 +63,7 @@ from consumer.message.mapping import (
     rendezvous_mapping,
 )
 from consumer.message.publisher import AckIntent, Publisher
-from consumer.message.readers import fetch_journal_spec, read_committed, read_uncommitted
+from consumer.message.readers import fetch_journal_spec, read_committed, read_uncommitted, read_uncommitted_batches
 from consumer.message.sequencer import QueueOutcome, ReplayRequest, Sequencer
 from consumer.message.uuid import (
     ZERO_UUID,
@@ -146,6 +146,7 @@ __all__ = [
     "random_mapping",
     "read_committed",
     "read_uncommitted",
+    "read_uncommitted_batches",
     "register_framing",
     "rendezvous_mapping",
     "supported_content_types",

@@ -1,6 +1,7 @@
 """Reading messages from a journal: read-uncommitted and read-committed async iterators.
 
-`read_uncommitted` yields every message as written (Gazette's ReadUncommittedIter).
+`read_uncommitted` yields every message as written (Gazette's ReadUncommittedIter), and
+`read_uncommitted_batches` the same a chunk's envelopes at a time.
 `read_committed` runs them through a Sequencer (Gazette's ReadCommittedIter): it yields only
 acknowledged messages, deduplicated and in order per producer, with each committing ACK last
 in its sequence. When the Sequencer's ring no longer holds the start of a committed sequence,
@@ -9,6 +10,7 @@ the sequence's range is read again with a second reader.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator
 from typing import TypeVar
@@ -70,6 +72,31 @@ async def read_uncommitted(
     Offset jumps (e.g. removed content) are logged and followed. A decode error ends the
     iterator with its MessageError.
     """
+    async for batch in read_uncommitted_batches(
+        client, journal, offset, message_factory, block=block, end_offset=end_offset, spec=spec
+    ):
+        for env in batch:
+            yield env
+
+
+async def read_uncommitted_batches(
+    client: JournalClient,
+    journal: str,
+    offset: int,
+    message_factory: NewMessage[M],
+    *,
+    block: bool = True,
+    end_offset: int = 0,
+    spec: pb.JournalSpec | None = None,
+    max_batch: int = 128,
+) -> AsyncIterator[list[Envelope[M]]]:
+    """`read_uncommitted`, a list at a time: the Envelopes decoded from each chunk read, in lists of
+    at most `max_batch` (never empty). Cheaper per envelope for a reader that hands them on; a
+    decode error ends the iterator after the list of envelopes before it.
+
+    The rest of a chunk is decoded only as the lists are taken: messages decoded far ahead of
+    their use cost a consumer about a tenth of its throughput in cache misses (bench_consumer).
+    """
     if spec is None:
         spec = await fetch_journal_spec(client, journal)
     try:
@@ -90,10 +117,21 @@ async def read_uncommitted(
             if not data:
                 break  # end_offset reached.
             decoder.feed(data, rr.offset - len(data))
-            for env in decoder.envelopes():
-                yield env
-    for env in decoder.envelopes(eof=True):
-        yield env
+            envelopes = decoder.envelopes()
+            while True:
+                batch: list[Envelope[M]] = []
+                try:
+                    batch.extend(itertools.islice(envelopes, max_batch))  # Keeps the envelopes before an error.
+                except Exception:
+                    if batch:
+                        yield batch
+                    raise
+                if not batch:
+                    break
+                yield batch
+    batch = list(decoder.envelopes(eof=True))
+    if batch:
+        yield batch
 
 
 async def read_committed(
