@@ -151,7 +151,7 @@ class MessageChannel:
     def __init__(self, capacity: int = DEFAULT_READ_CHANNEL_SIZE) -> None:
         self.capacity = max(capacity, 1)
         # Lists as senders queued them; poll() takes items from the first, from _pos.
-        self._lists: collections.deque[list[Envelope[Any] | Exception]] = collections.deque()
+        self._lists: collections.deque[Sequence[Envelope[Any] | Exception]] = collections.deque()
         self._pos = 0
         self._len = 0
         self._closed = False
@@ -178,7 +178,7 @@ class MessageChannel:
         """Queue `item`, waiting while the channel is full; raises ChannelClosed if it is (or becomes) closed."""
         await self.send_all([item])
 
-    async def send_all(self, items: list[Envelope[Any] | Exception]) -> None:
+    async def send_all(self, items: Sequence[Envelope[Any] | Exception]) -> None:
         """Queue `items` (which the channel then owns), waiting while it is full; raises ChannelClosed
         if it is (or becomes) closed."""
         while not self._closed and self._len >= self.capacity:
@@ -188,7 +188,7 @@ class MessageChannel:
         if items:
             self._queue(items)
 
-    def _queue(self, items: list[Envelope[Any] | Exception]) -> None:
+    def _queue(self, items: Sequence[Envelope[Any] | Exception]) -> None:
         self._lists.append(items)
         self._len += len(items)
         self._readable.set()
