@@ -113,6 +113,10 @@ FLUSH_TIMEOUT: Final = 5.0
 """Seconds a primary that stops waits for its queued appends before dropping them."""
 CLOSE_TIMEOUT: Final = 10.0
 """Seconds `close` waits for resolutions of the shard still in use before destroying its store."""
+PUBLISH_LINGER: Final = 0.05
+"""Seconds a message the application publishes waits for more to join its Append RPC, unless its
+transaction's commit (or an await) wants it sooner: read-committed readers see it only after the
+commit anyway. One RPC per derived message cost bench_consumer 4% of its throughput."""
 HINTS_INTERVAL: Final = 300.0
 """Seconds between two stores of a primary's recorded hints (Gazette's hintsCh tick: 5 minutes)."""
 HINTS_TIMEOUT: Final = 5.0
@@ -519,7 +523,7 @@ class Replica:
         # Messages and ACKs carry UUIDs that read-committed readers deduplicate, so an append whose
         # outcome is unknown (a broker died mid-commit) is retried, as Gazette's AppendService does.
         # A recovery log's duplicated ops are skipped by players (their seq_no is already applied).
-        ajc = AppendService(self._journal_client, retry_unknown_outcome=True)
+        ajc = AppendService(self._journal_client, retry_unknown_outcome=True, linger=PUBLISH_LINGER)
         recorder: Recorder | None = None
         store: Store | None = None
         hints_task: asyncio.Task[None] | None = None

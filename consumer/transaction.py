@@ -901,6 +901,7 @@ class Transactions:
             except Exception as e:
                 raise _wrap("writing ACK", e) from _cause(e)
             txn.acks.append(aa)
+        self.append_service.release()  # The ACKs go as soon as the commit does, lingering for nothing.
 
     # -- support ----------------------------------------------------------------------------
 

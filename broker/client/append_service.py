@@ -7,6 +7,13 @@ parameters are written together as the next RPC, so many small co-occurring appe
 RPC. An append's `dependencies` (other AsyncAppends or futures, e.g. of other journals) are
 awaited before its RPC starts; if one fails, the append fails with DependencyFailed.
 
+With a `linger` (seconds, as Kafka's linger.ms), a batch waits that long for more appends to
+join it before its RPC starts, unless it is wanted sooner: an AsyncAppend of its journal is
+awaited (or its `future` taken, or it becomes a dependency), `release()`, `flush()` or `close()`
+is called, a batch queues behind it, or it holds `max_batch_bytes` or its journal's memory limit.
+A consumer transaction's published messages linger until its commit releases them: one RPC
+instead of one per message.
+
 Buffering is bounded: content is held in memory up to `journal_memory_limit` per journal and
 `memory_limit` in all, and beyond that written to temporary files (in `spool_dir`), as
 Gazette does, so a slow or absent broker costs disk, not memory.
@@ -29,7 +36,7 @@ import logging
 import os
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Generator, Iterable
+from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Self
@@ -177,11 +184,21 @@ class AsyncAppend:
     journal offsets. A failure raises the error of the RPC (a ClientError).
     """
 
-    def __init__(self, journal: str, future: asyncio.Future[pb.AppendResponse], batch_offset: int, size: int) -> None:
+    __slots__ = ("_batch_offset", "_future", "_release", "journal", "size")
+
+    def __init__(
+        self,
+        journal: str,
+        future: asyncio.Future[pb.AppendResponse],
+        batch_offset: int,
+        size: int,
+        release: Callable[[], None] | None = None,
+    ) -> None:
         self.journal = journal
         self.size = size
         self._future = future
         self._batch_offset = batch_offset
+        self._release = release  # Ends its batch's linger: whoever waits for it wants it now.
 
     def done(self) -> bool:
         return self._future.done()
@@ -195,7 +212,9 @@ class AsyncAppend:
 
     @property
     def future(self) -> asyncio.Future[pb.AppendResponse]:
-        """The underlying future (do not cancel it: use AppendService.close)."""
+        """The underlying future (do not cancel it: use AppendService.close). Ends a linger."""
+        if self._release is not None:
+            self._release()
         return self._future
 
     @property
@@ -210,7 +229,7 @@ class AsyncAppend:
 
     def __await__(self) -> Generator[Any, None, pb.AppendResponse]:
         # Shielded: a caller that stops waiting must not cancel an append other callers share.
-        return asyncio.shield(self._future).__await__()
+        return asyncio.shield(self.future).__await__()
 
 
 Dependency = AsyncAppend | asyncio.Future[Any]
@@ -226,6 +245,7 @@ class _Batch:
     appends: list[AsyncAppend] = field(default_factory=list)
     open: bool = True
     sent: bool = False  # Whether an RPC was started: a cancelled batch may then have committed.
+    release_at: float = 0.0  # Loop time until which the batch lingers for more appends (0: it doesn't).
 
 
 @dataclass(eq=False)
@@ -234,6 +254,14 @@ class _Journal:
     budget: _Budget
     batches: deque[_Batch] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
+    wake: asyncio.Future[None] | None = None  # Resolved to end the linger of the batch at the front.
+    release: Callable[[], None] | None = None  # Ends the linger of every batch queued (set with a linger).
+
+    def end_linger(self) -> None:
+        for batch in self.batches:
+            batch.release_at = 0.0
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
 
 
 class AppendService:
@@ -242,8 +270,10 @@ class AppendService:
     `journal_memory_limit` and `memory_limit` bound the content held in memory (per journal and
     in all); the rest waits in temporary files in `spool_dir`. A batch (one RPC) grows to at most
     `max_batch_bytes`, or one append if that is larger. Retries back off up to `max_backoff`
-    seconds. When the client has a route cache, RPCs go straight to each journal's primary
-    (`do_not_proxy`); without one, to the client's default broker, which proxies them.
+    seconds. A `linger` (seconds, default 0: none) holds a batch back for more appends to join it
+    until it is wanted (see the module's docstring). When the client has a route cache, RPCs go
+    straight to each journal's primary (`do_not_proxy`); without one, to the client's default
+    broker, which proxies them.
 
     Use it as an async context manager, or call `close()` (which waits for pending appends).
     Close it before its JournalClient.
@@ -259,8 +289,12 @@ class AppendService:
         spool_dir: str | None = None,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         retry_unknown_outcome: bool = False,
+        linger: float = 0.0,
     ) -> None:
+        if linger < 0:
+            raise ValueError(f"linger must be >= 0 seconds, not {linger}")
         self.client = client
+        self.linger = linger
         self.retry_unknown_outcome = retry_unknown_outcome
         self.journal_memory_limit = journal_memory_limit
         self.max_batch_bytes = max_batch_bytes
@@ -315,6 +349,8 @@ class AppendService:
         j = self._journals.get(request.journal)
         if j is None:
             j = _Journal(request.journal, _Budget(self.journal_memory_limit, self._memory))
+            if self.linger:
+                j.release = j.end_linger
             self._journals[request.journal] = j
         batch = j.batches[-1] if j.batches else None
         if (
@@ -330,10 +366,16 @@ class AppendService:
             )
             # Nobody may await a failed batch's future directly: mark its exception as retrieved.
             batch.future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            if self.linger:
+                if j.batches:
+                    j.end_linger()  # A batch queued behind: those before it are complete.
+                batch.release_at = loop.time() + self.linger
             j.batches.append(batch)
-        aa = AsyncAppend(request.journal, batch.future, batch.buffer.size, len(data))
+        aa = AsyncAppend(request.journal, batch.future, batch.buffer.size, len(data), j.release)
         batch.buffer.write(data)
         batch.appends.append(aa)
+        if batch.release_at and batch.buffer.size >= min(self.max_batch_bytes, self.journal_memory_limit):
+            j.end_linger()  # Full: waiting would only spill content to disk.
         if j.task is None:
             j.task = loop.create_task(self._serve(j), name=f"append {request.journal}")
         return aa
@@ -354,8 +396,10 @@ class AppendService:
         try:
             while j.batches:
                 batch = j.batches[0]
-                batch.open = False
                 try:
+                    if batch.release_at:
+                        await self._linger(j, batch)
+                    batch.open = False
                     await self._await_dependencies(batch)
                     resp = await self._dispatch(batch)
                 except asyncio.CancelledError:
@@ -379,6 +423,25 @@ class AppendService:
             j.task = None
             if not j.batches and self._journals.get(j.name) is j:
                 del self._journals[j.name]
+
+    @staticmethod
+    async def _linger(j: _Journal, batch: _Batch) -> None:
+        """Wait until `batch` is released or its linger is over; appends join it meanwhile."""
+        loop = asyncio.get_running_loop()
+        while batch.release_at and (delay := batch.release_at - loop.time()) > 0:
+            wake = j.wake = loop.create_future()
+            timer = loop.call_later(delay, _resolve, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                j.wake = None
+        batch.release_at = 0.0
+
+    def release(self) -> None:
+        """End the linger of every batch queued so far: their RPCs start now."""
+        for j in self._journals.values():
+            j.end_linger()
 
     async def _await_dependencies(self, batch: _Batch) -> None:
         if not batch.dependencies:
@@ -439,6 +502,7 @@ class AppendService:
     async def flush(self) -> None:
         """Wait until every append queued so far (and any queued meanwhile) is resolved."""
         while True:
+            self.release()
             tasks = [j.task for j in self._journals.values() if j.task is not None]
             if not tasks:
                 return
@@ -469,3 +533,8 @@ class AppendService:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close(cancel=exc is not None)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -112,7 +112,7 @@ class ConsumerProc:
             sys.executable, "-m", "consumer", "consume", APP,
             "--consumer.id", "bench-consumer", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
-            "--etcd.prefix", PREFIX, "--log.level", "debug",
+            "--etcd.prefix", PREFIX, "--log.level", "info",
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -136,7 +136,7 @@ class ConsumerProc:
             self.proc.kill()
             return self.proc.wait()
         finally:
-            self._log.close(); import shutil; shutil.copy(self.log_path, "/tmp/consumer.log")
+            self._log.close()
 
     def metrics(self) -> dict[str, float]:
         """The shard's transaction counters, by metric name."""

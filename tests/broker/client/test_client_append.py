@@ -176,3 +176,50 @@ async def test_append_service_refuses_appends_once_closed(client: JournalClient)
     await service.close()
     with pytest.raises(ServiceClosed):
         service.append(journal, b"y")
+
+
+async def test_append_service_linger_batches_spaced_appends_until_released(
+    client: JournalClient, broker: BrokerProcess
+) -> None:
+    journal = await new_journal(client)
+    async with AppendService(client, linger=30.0) as service:
+        appends = []
+        for i in range(50):
+            appends.append(service.append(journal, f"{i},".encode()))
+            await asyncio.sleep(0.002)  # Without a linger, each would go as its own RPC.
+        assert service.stats.rpcs == 0 and not any(aa.done() for aa in appends)
+        service.release()
+        await asyncio.gather(*(aa.future for aa in appends))
+        assert service.stats.rpcs == 1
+
+        # Awaiting an append ends its linger: it does not wait out the 30 s.
+        started = asyncio.get_running_loop().time()
+        await service.append(journal, b"awaited,")
+        # So does depending on one (another journal's append must follow it).
+        other = await new_journal(client)
+        first = service.append(journal, b"depended-on,")
+        await service.append(other, b"dependent", dependencies=[first])
+        assert first.done()
+        # A full batch goes without waiting (bytes queued beyond it would spill to disk).
+        full = service.append(journal, b"x" * service.max_batch_bytes)
+        await asyncio.sleep(0.5)
+        assert full.done()
+        assert asyncio.get_running_loop().time() - started < 10
+    assert service.stats.rpcs == 5  # The released batch, then one RPC each: awaited, depended-on, dependent, full.
+    assert await content(broker, journal) == (
+        b"".join(f"{i},".encode() for i in range(50)) + b"awaited,depended-on," + b"x" * service.max_batch_bytes
+    )
+
+
+async def test_append_service_linger_ends_by_itself(client: JournalClient, broker: BrokerProcess) -> None:
+    journal = await new_journal(client)
+    async with AppendService(client, linger=0.3) as service:
+        first = service.append(journal, b"a")
+        await asyncio.sleep(0.1)
+        second = service.append(journal, b"b")  # Joins the lingering batch.
+        await asyncio.sleep(2.0)
+        assert first.done() and second.done()
+        assert (first.begin, second.begin) == (0, 1)
+        assert service.stats.rpcs == 1
+        with pytest.raises(ValueError, match="linger"):
+            AppendService(client, linger=-1)
