@@ -622,7 +622,13 @@ class Transactions:
                     self.txn_tick(txn, tick)
                 else:
                     item = channel.poll()
-                    if self.txn_read_sync(txn, prev, item):
+                    if type(item) is not Envelope:
+                        needs_replay = self.txn_read_sync(txn, prev, item)
+                    elif (outcome := sequencer.queue_uncommitted(item)) is _OUTSIDE_COMMIT:
+                        needs_replay = self.txn_step_sequencer()  # txn_sequenced's usual case, inline.
+                    else:
+                        needs_replay = self.txn_sequenced(txn, prev, item, outcome)
+                    if needs_replay:
                         await self.txn_replay()
             else:
                 tick = poll_timer()
@@ -739,18 +745,14 @@ class Transactions:
         if isinstance(item, Exception):
             raise _wrap("readMessage", item) from _cause(item)
         assert isinstance(item, Envelope)
-        env = item
+        return self.txn_sequenced(txn, prev, item, self.sequencer.queue_uncommitted(item))
 
-        outcome = self.sequencer.queue_uncommitted(env)
+    def txn_sequenced(self, txn: Transaction, prev: Transaction, env: Envelope[Any], outcome: QueueOutcome) -> bool:
+        """Act on the sequencer's `outcome` of `env`: True if it needs a replay (`txn_replay`) to step."""
         if outcome.commits:
             if outcome.needs_replay:
                 return True
-            # Acknowledged messages are ready: minimally the committing envelope itself.
-            try:
-                self.sequencer.step()
-            except Exception as e:
-                raise _wrap("initial sequencer.Step", e) from _cause(e)
-            return False
+            return self.txn_step_sequencer()
         if outcome is _CONTINUE_BEGIN_SPAN or outcome is _CONTINUE_EXTEND_SPAN:
             return False  # A commit or a rollback will follow.
 
@@ -766,6 +768,15 @@ class Transactions:
             self.progress({env.journal: env.end}, {})
         return False
 
+    def txn_step_sequencer(self) -> bool:
+        """Step the sequencer to the first envelope of a committed sequence (minimally the
+        committing envelope itself). Returns False: no replay is needed."""
+        try:
+            self.sequencer.step()
+        except Exception as e:
+            raise _wrap("initial sequencer.Step", e) from _cause(e)
+        return False
+
     async def txn_replay(self) -> None:
         """Read the sequence whose start left the sequencer's ring, and step to its first envelope."""
         rng = self.sequencer.replay_range()
@@ -774,10 +785,7 @@ class Transactions:
         except Exception as e:
             raise _wrap("initial sequencer.Step: replay reader", e) from _cause(e)
         self.sequencer.start_replay(iter(replayed))
-        try:
-            self.sequencer.step()
-        except Exception as e:
-            raise _wrap("initial sequencer.Step", e) from _cause(e)
+        self.txn_step_sequencer()
 
     async def txn_consume(self, txn: Transaction) -> None:
         """Consume the dequeued message; the transaction begins with its first."""
@@ -950,6 +958,7 @@ class _Event(enum.Enum):
 # Module-level aliases: an enum member looked up on its class costs more than the comparison.
 _TICK, _BARRIER, _READ = _Event.TICK, _Event.BARRIER, _Event.READ
 _CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
 _CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
 
 
