@@ -602,21 +602,20 @@ class Transactions:
     # -- one step ---------------------------------------------------------------------------
 
     async def txn_steps_ready(self, txn: Transaction, prev: Transaction, limit: int) -> int:
-        """Take up to `limit` steps of `txn` while each is one txn_step would take without waiting:
-        the prior transaction is done and an envelope is dequeued or queued. Returns the steps taken.
+        """Take up to `limit` steps of `txn` while each is one txn_step would take without waiting,
+        consuming or reading an envelope (or handling a tick). Returns the steps taken.
 
-        The same transitions as txn_step's, in the same order (the timer before the channel),
-        without its dispatch: the loop of a shard reading as fast as it can is mostly these.
+        The same transitions as txn_step's, in the same order (the timer, then a resolved barrier
+        of the prior transaction, then the channel), without its dispatch: the loop of a shard
+        reading as fast as it can is mostly these, also while the prior transaction commits.
         """
-        if txn.barrier is not None:
-            return 0
         sequencer = self.sequencer
         poll_timer = self.timer.poll
         steps = 0
         while steps < limit and (channel := txn.channel) is not None:
             if sequencer.dequeued is None:
-                if not len(channel):
-                    break  # To wait, or to commit: txn_step's part.
+                if not len(channel) or ((barrier := txn.barrier) is not None and barrier.done()):
+                    break  # To wait, to commit, or to resolve the barrier: txn_step's part.
                 tick = poll_timer()
                 if tick is not None:
                     self.txn_tick(txn, tick)
