@@ -246,7 +246,8 @@ def serve(
         float,
         typer.Option(
             "--broker.watch-delay", envvar="BROKER_WATCH_DELAY",
-            help="Seconds to batch etcd watch events before applying them.",
+            help="Seconds between two applied batches of etcd watch events, at least: events arriving sooner"
+            " are gathered, and one after a quiet spell applies at once.",
         ),
     ] = 0.03,
     state_dir: Annotated[

@@ -115,7 +115,8 @@ def consume(
         float,
         typer.Option(
             "--consumer.watch-delay", envvar="CONSUMER_WATCH_DELAY",
-            help="Seconds to batch etcd watch events before applying them.",
+            help="Seconds between two applied batches of etcd watch events, at least: events arriving sooner"
+            " are gathered, and one after a quiet spell applies at once.",
         ),
     ] = 0.03,
     hints_interval: Annotated[

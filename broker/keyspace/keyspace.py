@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,9 @@ from broker.protocol import pb
 
 DEFAULT_ROOT = "/gazette/cluster"
 WATCH_DELAY = 0.03
-"""Seconds watch events are gathered before being applied as one batch."""
+"""Seconds between two applied batches of watch events, at least (Gazette's WatchApplyDelay): events
+arriving sooner are gathered into the next batch. An event after a quiet spell is applied at once
+(Gazette always waits the delay, which made each etcd round trip of a shard's assignment 30 ms slower)."""
 RANGE_PAGE = 1000
 """Keys per Range page during load: keeps each response well under gRPC's message size limit."""
 SETTLE_AFTER = 0.2
@@ -591,14 +594,19 @@ class KeySpace:
                 queue.put_nowait(exc)
 
         reader = asyncio.create_task(read())
+        loop = asyncio.get_running_loop()
+        applied_at = -math.inf
         try:
             while True:
                 batch = [await queue.get()]
-                if self.watch_delay > 0:
-                    await asyncio.sleep(self.watch_delay)
+                # Nagle-like: a burst is applied at most once per watch_delay, a lone event at once.
+                wait = applied_at + self.watch_delay - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 while not queue.empty():
                     batch.append(queue.get_nowait())
                 self._apply_batch(batch)
+                applied_at = loop.time()
         finally:
             hold.set()
             call.cancel()
