@@ -34,6 +34,7 @@ from consumer.process import (
 from consumer.protocol import pb as cpb
 from consumer.protocol.validation import ValidationError, validate_consumer_spec
 from consumer.replica import HINTS_INTERVAL
+from consumer.service import WATCH_DELAY
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def consume(
             help="Seconds between two applied batches of etcd watch events, at least: events arriving sooner"
             " are gathered, and one after a quiet spell applies at once.",
         ),
-    ] = 0.03,
+    ] = WATCH_DELAY,
     hints_interval: Annotated[
         float,
         typer.Option(

@@ -59,7 +59,7 @@ from consumer.application import Application
 from consumer.keyspace import default_root
 from consumer.protocol import pb as cpb
 from consumer.replica import HINTS_INTERVAL
-from consumer.service import EXIT_TIMEOUT, ConsumerService
+from consumer.service import EXIT_TIMEOUT, WATCH_DELAY, ConsumerService
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class ConsumerConfig:
     etcd_address: str = "http://localhost:2379"
     etcd_prefix: str = ""
     etcd_lease: float = 20.0
-    watch_delay: float = 0.03
+    watch_delay: float = WATCH_DELAY
     hints_interval: float = HINTS_INTERVAL
     exit_timeout: float = EXIT_TIMEOUT
     auth_keys: str = ""

@@ -40,7 +40,6 @@ from broker.client import JournalClient
 from broker.keyspace import Announcement, Assignment, KeySpace, run_allocator
 from broker.keyspace.allocator import MAX_REPLICATION
 from broker.keyspace.announce import LEASE_TTL
-from broker.keyspace.keyspace import WATCH_DELAY
 from consumer.application import Application
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.protocol import pb as cpb
@@ -49,6 +48,12 @@ from consumer.replica import HANDOFF_TIMEOUT, HINTS_INTERVAL, Replica
 from consumer.resolver import Resolver
 
 log = logging.getLogger(__name__)
+
+WATCH_DELAY = 0.005
+"""Seconds between two applied batches of the consumer's etcd watch events, at least (the broker's
+is Gazette's 30 ms). A shard's assignment is a chain of etcd round trips (Apply, allocation,
+PRIMARY status), each waiting for the watch when events come in a burst; the consumer's observer
+of a batch costs little (its own assignments) and its allocator plans once for many batches."""
 
 EXIT_TIMEOUT: Final = 60.0
 """Seconds `stop()` waits for the allocator to move this member's shards elsewhere."""
