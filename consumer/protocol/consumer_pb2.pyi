@@ -128,7 +128,7 @@ class ShardSpec(_message.Message):
     ring_buffer_size: _builtins.int
     """Size of the read-uncommitted sequencing ring; 0 means 8192."""
     read_channel_size: _builtins.int
-    """Size of the read-to-consume channel; 0 means 8192."""
+    """Size of the read-to-consume channel; 0 means 256 (Gazette: 8192; see consumer/transaction.py)."""
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShardSpec.Source]:
         """Sources of the shard, unique and ordered by journal."""
