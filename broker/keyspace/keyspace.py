@@ -605,8 +605,10 @@ class KeySpace:
                     await asyncio.sleep(wait)
                 while not queue.empty():
                     batch.append(queue.get_nowait())
+                generation = self.generation
                 self._apply_batch(batch)
-                applied_at = loop.time()
+                if self.generation != generation:  # (Not for a batch without events, e.g. the watch's creation.)
+                    applied_at = loop.time()
         finally:
             hold.set()
             call.cancel()

@@ -253,3 +253,38 @@ async def test_watch_survives_etcd_restart(tmp_path: Path) -> None:
         await keyspace.close()
         await client.close()
         proc.stop()
+
+
+async def test_watch_applies_a_lone_event_at_once_and_a_burst_once_per_delay(
+    etcd_client: Any, etcd_prefix: str
+) -> None:
+    delay = 2.0
+    keyspace = KeySpace(etcd_client, etcd_prefix, watch_delay=delay)
+    try:
+        await keyspace.load()
+        keyspace.watch()
+        generation = keyspace.generation
+        loop = asyncio.get_running_loop()
+
+        # After a quiet spell, an event is applied at once: no waiting out the delay.
+        started = loop.time()
+        first = await etcd_client.put(
+            item_key(etcd_prefix, "lone").encode(), pb.JournalSpec(name="lone").SerializeToString()
+        )
+        await asyncio.wait_for(keyspace.wait_for_revision(first.header.revision), 5)
+        assert loop.time() - started < delay / 2
+        assert keyspace.generation == generation + 1
+
+        # Events that follow within the delay are gathered into one batch, applied a delay after the last.
+        revisions = []
+        for name in ("burst-1", "burst-2", "burst-3"):
+            put = await etcd_client.put(
+                item_key(etcd_prefix, name).encode(), pb.JournalSpec(name=name).SerializeToString()
+            )
+            revisions.append(put.header.revision)
+        await asyncio.wait_for(keyspace.wait_for_revision(revisions[-1]), 10)
+        assert loop.time() - started >= delay * 0.9
+        assert keyspace.generation == generation + 2
+        assert {"lone", "burst-1", "burst-2", "burst-3"} <= set(keyspace.journals)
+    finally:
+        await keyspace.close()
