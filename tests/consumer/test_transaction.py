@@ -28,7 +28,9 @@ from consumer.message import (
     Publisher,
     QueueOutcome,
     Sequencer,
+    build_uuid,
     get_flags,
+    new_producer_id,
     read_committed,
     read_uncommitted,
 )
@@ -36,6 +38,7 @@ from consumer.protocol import pb as cpb
 from consumer.store import OpFuture
 from consumer.transaction import (
     CLOSED,
+    ChannelClosed,
     LoopTimer,
     MessageChannel,
     ShardProgress,
@@ -954,3 +957,74 @@ async def test_message_channel_poll_and_close() -> None:
     await asyncio.wait_for(ch.wait(), 5)
     assert ch.poll() is err
     assert ch.poll() is CLOSED
+
+
+def self_committed(journal: str, index: int, producer: bytes) -> Envelope[TestMessage]:
+    """An OUTSIDE_TXN envelope of `journal` at [index * 100, index * 100 + 100)."""
+    msg = TestMessage(Key=f"k{index}", Value=str(index))
+    msg.set_uuid(build_uuid(producer, Clock.at(BASE).value + (index + 1) * 16, Flags.OUTSIDE_TXN))
+    return Envelope(journal, index * 100, index * 100 + 100, msg)
+
+
+async def test_txn_steps_ready_takes_the_steps_txn_step_would(tf: Fixture) -> None:
+    timer, m = tf.timer, tf.machine
+    prior, prior_commit, prior_ack = prior_txn(timer)
+    ch = MessageChannel(16)
+    txn = m.txn_init(prior, ch)
+    producer = new_producer_id()
+    envs = [self_committed(tf.source_a, i, producer) for i in range(7)]
+    await ch.send_all(envs[:5])
+
+    # Two steps an envelope (read, then consume), up to the limit; the first begins the transaction.
+    assert await m.txn_steps_ready(txn, prior, 3) == 3
+    assert txn.consumed_count == 1 and m.sequencer.dequeued is envs[1]
+    assert timer.reset_to == MIN_DUR and txn.began_at == faketime(0)
+    # The prior transaction still commits: its unresolved barrier does not stop the reading.
+    assert txn.barrier is prior_commit
+    assert await m.txn_steps_ready(txn, prior, 100) == 7
+    assert txn.consumed_count == 5 and len(ch) == 0 and m.sequencer.dequeued is None
+    # Nothing queued: waiting (or committing) is txn_step's part.
+    assert await m.txn_steps_ready(txn, prior, 100) == 0
+
+    # A fired timer is handled before the next read.
+    await ch.send_all(envs[5:])
+    timer.timepoint = faketime(MIN_DUR)
+    timer.signal()
+    assert await m.txn_steps_ready(txn, prior, 1) == 1
+    assert txn.min_dur == -1 and timer.reset_to == MAX_DUR - MIN_DUR and len(ch) == 2
+
+    # A resolved barrier stops it before a read: txn_step resolves the barrier first.
+    prior_commit.set_result(None)
+    assert await m.txn_steps_ready(txn, prior, 100) == 0 and len(ch) == 2
+    assert not await tf.step(txn, prior)
+    assert prior.committed_at is not None and txn.barrier is prior_ack
+    assert await m.txn_steps_ready(txn, prior, 100) == 4
+    assert txn.consumed_count == 7
+
+    # A reader's error fails the transaction as txn_step's read would.
+    await ch.send_all([OSError("broken")])
+    with pytest.raises(TransactionError, match=r"^readMessage: broken$"):
+        await m.txn_steps_ready(txn, prior, 100)
+
+
+async def test_message_channel_takes_lists_whole() -> None:
+    ch = MessageChannel(3)
+    errors = [OSError(str(i)) for i in range(5)]
+    await ch.send_all(errors[:2])
+    assert len(ch) == 2 and ch.has_room()
+    # A list is queued whole once there is room, filling the channel past its capacity.
+    await ch.send_all(errors[2:4])
+    assert len(ch) == 4 and not ch.has_room()
+    sender = asyncio.ensure_future(ch.send_all(errors[4:]))
+    await asyncio.sleep(0)
+    assert not sender.done()  # Full: the sender waits until it is below capacity.
+    assert ch.poll() is errors[0]
+    await asyncio.sleep(0)
+    assert not sender.done()
+    assert ch.poll() is errors[1]
+    await asyncio.wait_for(sender, 5)
+    assert [ch.poll() for _ in range(3)] == errors[2:]
+    ch.close()
+    assert ch.poll() is CLOSED
+    with pytest.raises(ChannelClosed):
+        await ch.send_all(errors[:1])

@@ -29,6 +29,7 @@ from consumer.message import (
     get_producer_id,
     read_committed,
     read_uncommitted,
+    read_uncommitted_batches,
 )
 from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.message.helpers import TestMsg, new_test_msg
@@ -214,3 +215,25 @@ async def test_reader_init_errors(client: JournalClient) -> None:
     journal = await new_journal(client, content_type=None)
     with pytest.raises(MessageError, match=r"determining framing: unrecognized content-type \(\)"):
         [e async for e in read_uncommitted(client, journal, 0, new_test_msg, block=False)]
+
+
+async def test_read_uncommitted_batches_lists_and_a_decode_error(client: JournalClient) -> None:
+    journal = await new_journal(client)
+    async with AppendService(client) as svc:
+        pub = Publisher(svc)
+        for i in range(300):
+            pub.publish_committed(to(journal), TestMsg(Str=f"m{i}"))
+        await svc.flush()
+        await svc.append(journal, b"not json\n")
+        pub.publish_committed(to(journal), TestMsg(Str="never read"))
+
+    batches: list[list[Envelope[TestMsg]]] = []
+    with pytest.raises(MessageError, match="Expecting value") as info:
+        async for batch in read_uncommitted_batches(client, journal, 0, new_test_msg, block=False, max_batch=128):
+            batches.append(batch)
+    # Lists of at most max_batch, in order, all before the bad frame, which ends the iteration.
+    assert all(0 < len(b) <= 128 for b in batches) and max(len(b) for b in batches) == 128
+    envs = [e for b in batches for e in b]
+    assert [e.message.Str for e in envs] == [f"m{i}" for i in range(300)]
+    assert [e.begin for e in envs[1:]] == [e.end for e in envs[:-1]]
+    assert info.value.offset == envs[-1].end
