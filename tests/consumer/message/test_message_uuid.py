@@ -202,6 +202,12 @@ def test_parse_uuid_forms(text: str, expect: str) -> None:
         ("83fc2f81+cc5f-11e9-9402-010203040506", "invalid UUID format"),
         ("83fc2f81-cc5f-11e9-9402-01020304050g", "invalid UUID format"),
         ("83fc2f81cc5f11e99402010203040z06", "invalid UUID format"),
+        # Strings int(_, 16) would take.
+        ("0xfc2f81-cc5f-11e9-9402-010203040506", "invalid UUID format"),
+        ("+3fc2f81-cc5f-11e9-9402-010203040506", "invalid UUID format"),
+        ("83fc2f8_-cc5f-11e9-9402-010203040506", "invalid UUID format"),
+        (" 3fc2f81-cc5f-11e9-9402-010203040506", "invalid UUID format"),
+        ("83fc2f81-cc5f-11e9-9402-0102030405-6", "invalid UUID format"),
         ("urn:uuix:83fc2f81-cc5f-11e9-9402-010203040506", 'invalid urn prefix: "urn:uuix:"'),
     ],
 )
