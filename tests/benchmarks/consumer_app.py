@@ -4,8 +4,10 @@ It counts read-committed messages by Key into the shard's SQLStore and, once per
 (100), publishes one derived message to the output journal within the transaction (so it is
 committed with it: read-committed readers see it once the transaction's ACK follows).
 
-Counts are summed in memory during a transaction and written by one `executemany` upsert in
-`finalize_txn` (one row per key the transaction saw), rather than one statement per message.
+Counts are summed in memory during a transaction and written in `finalize_txn` (one row per key
+the transaction saw), rather than one statement per message: on SQLite by one `executemany`
+upsert, on PostgreSQL by one upsert of `unnest`ed arrays (psycopg pipelines an executemany, a
+Python round of its own per row: a thousand rows cost the process a tenth of a second a commit).
 
 Configured by the consumer process's environment:
 
@@ -165,12 +167,18 @@ class BenchApp:
         pending = self._pending.pop(shard.id, None)
         if not pending:
             return
-        ph = "?" if self.store_url.startswith("sqlite:") else "%s"
-        await store.executemany(
-            f"INSERT INTO counts (shard, key, n) VALUES ({ph}, {ph}, {ph}) "
-            "ON CONFLICT (shard, key) DO UPDATE SET n = counts.n + excluded.n",
-            [(shard.id, key, n) for key, n in pending.items()],
-        )
+        upsert = " ON CONFLICT (shard, key) DO UPDATE SET n = counts.n + excluded.n"
+        if self.store_url.startswith("sqlite:"):
+            await store.executemany(
+                "INSERT INTO counts (shard, key, n) VALUES (?, ?, ?)" + upsert,
+                [(shard.id, key, n) for key, n in pending.items()],
+            )
+        else:
+            await store.execute(
+                "INSERT INTO counts (shard, key, n) SELECT %s, k, n FROM unnest(%s::text[], %s::bigint[]) AS t(k, n)"
+                + upsert,
+                (shard.id, list(pending), list(pending.values())),
+            )
 
 
 app = BenchApp()
