@@ -198,6 +198,8 @@ class Replica:
         self._journal_client = journal_client
         self.app = app
         self.assignment = assignment
+        self._id = assignment.item_id  # The same for every assignment the replica is given.
+        self._fqn = item_key(keyspace.root, assignment.item_id)
         self._spec = spec
         self.handoff_timeout = handoff_timeout
         self.hints_interval = hints_interval
@@ -232,12 +234,12 @@ class Replica:
 
     @property
     def id(self) -> str:
-        return self.assignment.item_id
+        return self._id
 
     @property
     def fqn(self) -> str:
         """The shard's etcd item key, `<root>/items/<id>` (the digest's FQN)."""
-        return item_key(self._keyspace.root, self.id)
+        return self._fqn
 
     @property
     def spec(self) -> cpb.ShardSpec:

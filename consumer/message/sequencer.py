@@ -177,7 +177,9 @@ class Sequencer:
         """
         if self._emit is not None:
             raise SequencerStateError("committed messages remain to dequeue", journal=env.journal, offset=env.begin)
-        self._evict_at_head()
+        ring, head = self._ring, self._head
+        if len(ring) < self._capacity or ring[head] is not None:
+            self._evict_at_head()  # (A full ring's empty slot needs nothing: the usual case.)
 
         # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
         # inline: this runs once per message read.
@@ -198,6 +200,19 @@ class Sequencer:
             jp = JournalProducer(*key)
             partial = PartialSeq(jp, clock - 1, clock - 1)
             self._partials[jp] = partial
+
+        if flags == _OUTSIDE_TXN and clock > partial.min_clock and partial.begin == -1:
+            # OUTSIDE_COMMIT of a producer with no open span (so with no ring entries), the usual
+            # case: _decide and the branch below with _add_at_head, inline.
+            ring[head] = env
+            self._clocks[head] = uuid_clock
+            self._next[head] = -1
+            partial.ring_start = partial.ring_stop = head
+            self._head = head + 1 if head + 1 < self._capacity else 0
+            partial.begin = env.begin
+            partial.max_clock = clock
+            self._emit = partial
+            return _OUTSIDE_COMMIT
 
         outcome = self._decide(env, partial, clock, flags)
 
@@ -286,24 +301,25 @@ class Sequencer:
         emit = self._emit
         if emit is None:
             return False
-        if self.dequeued is None and self._replay_it is None:
-            start = self._ring[emit.ring_start]
-            if start is None or emit.begin != start.begin:
-                raise SequencerStateError(
-                    "caller was required to start_replay, and didn't", journal=emit.jp.journal, offset=emit.begin
-                )
-
-        if self.dequeued is not None:
+        ring = self._ring
+        if self.dequeued is None:
+            if self._replay_it is None:
+                start = ring[emit.ring_start]
+                if start is None or emit.begin != start.begin:
+                    raise SequencerStateError(
+                        "caller was required to start_replay, and didn't", journal=emit.jp.journal, offset=emit.begin
+                    )
+        else:
             # The previous envelope was processed: tighten the bound past it.
             emit.min_clock = self._dequeued_clock
             if self._dequeued_ring_index != -1:
-                self._ring[self._dequeued_ring_index] = None  # Release it; eviction skips empty slots.
+                ring[self._dequeued_ring_index] = None  # Release it; eviction skips empty slots.
 
         while emit.ring_start != -1:
             if self._replay_it is None:
                 # Consume the ring; ring_start moves one past the dequeued entry.
                 index = emit.ring_start
-                candidate = self._ring[index]
+                candidate = ring[index]
                 emit.ring_start = self._next[index]
                 if candidate is None:
                     continue
@@ -322,11 +338,11 @@ class Sequencer:
 
             self.dequeued = candidate
             self._dequeued_clock = clock
-            if self._dequeued_clock != 0 and self._dequeued_clock <= emit.min_clock:
+            if clock != 0 and clock <= emit.min_clock:
                 # A duplicate. Replays see these routinely, and the ring can too when a duplicated
                 # sequence straddles a recovered checkpoint (which keeps only the last ACK).
                 continue
-            if self._dequeued_clock > emit.max_clock:
+            if clock > emit.max_clock:
                 continue  # Past the committing ACK: rolled back.
             emit.begin = candidate.begin  # A checkpoint now resumes from here.
             return True
