@@ -103,6 +103,18 @@ def create_postgres_tables(dsn: str) -> None:
         conn.commit()
 
 
+def postgres_connect(dsn: str) -> Any:
+    """A connection whose tables exist: made in the store's own thread, where a second connection
+    opened by new_store would block the event loop for tens of milliseconds."""
+    import psycopg
+
+    conn = psycopg.connect(dsn)
+    create_checkpoint_table(conn)
+    conn.execute(COUNTS_DDL)
+    conn.commit()
+    return conn
+
+
 def read_total(store: str) -> int:
     """Committed count of all keys, over all shards, in the store named as $GAZETTE_BENCH_STORE names it."""
     kind, _, where = store.partition(":")
@@ -139,10 +151,7 @@ class BenchApp:
                 create_sqlite_tables(path)
             return SQLStore(lambda: sqlite_connect(path))
         if kind == "postgres":
-            import psycopg
-
-            create_postgres_tables(where)
-            return SQLStore(lambda: psycopg.connect(where))
+            return SQLStore(lambda: postgres_connect(where))
         raise ValueError(f"${STORE_ENV} must be sqlite:<path> or postgres:<dsn>, not {self.store_url!r}")
 
     def new_message(self, spec: Any) -> Event:
