@@ -142,6 +142,8 @@ class BenchApp:
         self.every = int(os.environ.get(EVERY_ENV, "100"))
         self._pending: dict[str, Counter[str]] = {}
         self._seen: dict[str, int] = {}
+        if self.store_url.startswith("postgres:"):
+            import psycopg  # noqa: F401  (At start, as an application imports its driver, not at a shard's assignment.)
 
     async def new_store(self, shard: Any, recorder: Any) -> SQLStore:
         kind, _, where = self.store_url.partition(":")
