@@ -24,6 +24,10 @@ One step (`Transactions.txn_step`) is one event:
    stalled and the transaction starts to commit (`txn_start_commit`, `txn_acknowledge`), or,
    if it consumed nothing (the channel closed and drained), the run is over.
 
+`txn_run` takes the steps that need no waiting (1, and 2 or 3 with an envelope queued and no
+barrier resolved) by `txn_steps_ready`, a loop of the same transitions in the same order without
+txn_step's dispatch; readers hand envelopes over a list at a time (`MessageChannel.send_all`).
+
 Injected inputs: the Shard, its Application and Store, the `MessageChannel`, the Sequencer,
 the Publisher (whose AppendService also carries the ACK appends), a `TxnTimer` (`LoopTimer`
 on the event loop; tests drive their own), and a progress callback (`ShardProgress`). Times and
