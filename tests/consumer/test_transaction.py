@@ -49,7 +49,7 @@ from consumer.transaction import (
     finished_operation,
     start_reading_messages,
 )
-from tests.broker.client.helpers import create_journal, unique
+from tests.broker.client.helpers import append_rpcs, create_journal, unique
 from tests.harness import BrokerProcess, journal_spec, serving_broker
 
 NDJSON = "application/x-ndjson"
@@ -1028,3 +1028,29 @@ async def test_message_channel_takes_lists_whole() -> None:
     assert ch.poll() is CLOSED
     with pytest.raises(ChannelClosed):
         await ch.send_all(errors[:1])
+
+
+async def test_published_messages_linger_until_their_transaction_commits(tf: Fixture, broker: BrokerProcess) -> None:
+    # A shard's AppendService lingers (a minute here): the commit must send the transaction's
+    # published messages at once, in one RPC, rather than wait out the linger.
+    async with AppendService(tf.client, linger=60.0) as ajc:
+        machine = Transactions(
+            tf.shard, tf.app, tf.store, Sequencer({}, buffer=12), Publisher(ajc, Clock()), LoopTimer(), tf.progress
+        )
+        channel = MessageChannel(64)
+        prev = Transaction(commit_barrier=finished_operation(), prepare_done_at=0)
+        txn = machine.txn_init(prev, channel)
+        producer = new_producer_id()
+        envs = [self_committed(tf.source_a, i, producer) for i in range(20)]
+        await channel.send_all(envs)
+        before = await asyncio.to_thread(append_rpcs, broker, tf.echo_out)
+        async with asyncio.timeout(20):
+            await machine.txn_run(txn, prev)  # Consumes all 20, stalls, starts to commit.
+            assert txn.consumed_count == 20
+            assert txn.commit_barrier is not None
+            await txn.commit_barrier
+            for ack in txn.acks:
+                await ack
+        # The 20 echoes in one RPC, then the ACK.
+        assert await asyncio.to_thread(append_rpcs, broker, tf.echo_out) - before == 2
+        assert tf.store.state == {f"k{i}": str(i) for i in range(20)}
