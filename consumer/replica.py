@@ -504,8 +504,10 @@ class Replica:
             tailing.cancel()
         if recovery.player.tailing.is_set() and not recovery.task.done():
             log.info("shard standby is tailing its recovery log", extra={"shard": self.id})
-            await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY))
+            # Before the write returns: the promotion its landing allows cancels this task, and may
+            # come first (as soon as the watch shows it, within the consumer's 5 ms watch delay).
             self._standby = True
+            await self._update_status(cpb.ReplicaStatus(code=Code.STANDBY))
         await asyncio.wait({recovery.task})
         exc = recovery.task.exception() if not recovery.task.cancelled() else None
         if exc is not None:

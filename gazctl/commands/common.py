@@ -298,7 +298,8 @@ def _hint(err: Exception) -> str:
             return " (TLS: the broker does not speak TLS there; use its http:// address)"
         if "handshake failed" in message:
             return " (TLS: check --broker.trusted-ca-file, --broker.cert-file and --broker.cert-key-file)"
-        if "https://" in message and "socket closed" in message:
+        if "https://" in message and ("socket closed" in message or "connection reset by peer" in message):
+            # (The server's refusal of a handshake without a client certificate arrives as either.)
             return (" (is a broker listening there? one with --broker.server-ca-file drops clients without"
                     " --broker.cert-file and --broker.cert-key-file)")
         return " (is a broker listening there? set --broker.address or $BROKER_ADDRESS)"
