@@ -83,24 +83,24 @@ def sqlite_connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def create_tables(conn: Any) -> None:
+    """The checkpoint table and the counts table, where missing, on a DB-API connection; committed."""
+    create_checkpoint_table(conn)
+    conn.execute(COUNTS_DDL)
+    conn.commit()
+
+
 def create_sqlite_tables(path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
-        create_checkpoint_table(conn)
-        conn.execute(COUNTS_DDL)
-        conn.commit()
+        create_tables(conn)
     finally:
         conn.close()
 
 
 def create_postgres_tables(dsn: str) -> None:
-    import psycopg
-
-    with psycopg.connect(dsn) as conn:
-        create_checkpoint_table(conn)
-        conn.execute(COUNTS_DDL)
-        conn.commit()
+    postgres_connect(dsn).close()
 
 
 def postgres_connect(dsn: str) -> Any:
@@ -109,9 +109,7 @@ def postgres_connect(dsn: str) -> Any:
     import psycopg
 
     conn = psycopg.connect(dsn)
-    create_checkpoint_table(conn)
-    conn.execute(COUNTS_DDL)
-    conn.commit()
+    create_tables(conn)
     return conn
 
 
