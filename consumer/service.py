@@ -49,7 +49,7 @@ from consumer.resolver import Resolver
 
 log = logging.getLogger(__name__)
 
-WATCH_DELAY = 0.005
+WATCH_DELAY: Final = 0.005
 """Seconds between two applied batches of the consumer's etcd watch events, at least (the broker's
 is Gazette's 30 ms). A shard's assignment is a chain of etcd round trips (Apply, allocation,
 PRIMARY status), each waiting for the watch when events come in a burst; the consumer's observer

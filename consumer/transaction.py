@@ -199,10 +199,6 @@ class MessageChannel:
         if self._len >= self.capacity:
             self._writable.clear()
 
-    def has_room(self) -> bool:
-        """Whether `send_nowait` would queue an item now (the channel is neither full nor closed)."""
-        return not self._closed and self._len < self.capacity
-
     def close(self) -> None:
         """No more items: once the queued ones are received, `poll()` returns CLOSED."""
         self._closed = True
