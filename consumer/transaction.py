@@ -602,8 +602,8 @@ class Transactions:
     # -- one step ---------------------------------------------------------------------------
 
     async def txn_steps_ready(self, txn: Transaction, prev: Transaction, limit: int) -> int:
-        """Take up to `limit` steps of `txn` while each is one txn_step would take without waiting,
-        consuming or reading an envelope (or handling a tick). Returns the steps taken.
+        """Take up to about `limit` steps of `txn` while each is one txn_step would take without
+        waiting, consuming or reading an envelope (or handling a tick). Returns the steps taken.
 
         The same transitions as txn_step's, in the same order (the timer, then a resolved barrier
         of the prior transaction, then the channel), without its dispatch: the loop of a shard
@@ -615,37 +615,51 @@ class Transactions:
         steps = 0
         while steps < limit and (channel := txn.channel) is not None:
             if sequencer.dequeued is None:
-                if not len(channel) or ((barrier := txn.barrier) is not None and barrier.done()):
+                if not channel._len or ((barrier := txn.barrier) is not None and barrier.done()):
                     break  # To wait, to commit, or to resolve the barrier: txn_step's part.
+                steps += 1
                 tick = poll_timer()
                 if tick is not None:
                     self.txn_tick(txn, tick)
-                else:
-                    item = channel.poll()
-                    if type(item) is not Envelope:
-                        needs_replay = self.txn_read_sync(txn, prev, item)
-                    elif (outcome := sequencer.queue_uncommitted(item)) is _OUTSIDE_COMMIT:
-                        needs_replay = self.txn_step_sequencer()  # txn_sequenced's usual case, inline.
-                    else:
-                        needs_replay = self.txn_sequenced(txn, prev, item, outcome)
-                    if needs_replay:
+                    continue
+                item = channel.poll()
+                if type(item) is not Envelope:
+                    if self.txn_read_sync(txn, prev, item):
                         await self.txn_replay()
+                    continue
+                outcome = sequencer.queue_uncommitted(item)
+                if outcome is not _OUTSIDE_COMMIT:
+                    if self.txn_sequenced(txn, prev, item, outcome):
+                        await self.txn_replay()
+                    continue
+                try:  # txn_sequenced's usual case (txn_step_sequencer), inline.
+                    sequencer.step()
+                except Exception as e:
+                    raise _wrap("initial sequencer.Step", e) from _cause(e)
+                if not txn.consumed_count or steps == limit:
+                    continue  # The transaction's first message is txn_consume's part, next.
+                # A message past the transaction's first is consumed at once, as the next step:
+                # nothing was awaited since the timer was polled, so it cannot have fired since.
             else:
                 tick = poll_timer()
                 if tick is not None:
+                    steps += 1
                     self.txn_tick(txn, tick)
-                elif txn.consumed_count:
-                    # txn_consume past the transaction's first message, inline (a coroutine less).
-                    env = sequencer.dequeued
-                    try:
-                        await consume(shard, store, env, publisher)
-                    except Exception as e:
-                        self.txn_consume_failed(txn, e)
-                    else:
-                        self.txn_consumed(txn, env)
-                else:
+                    continue
+                if not txn.consumed_count:
+                    steps += 1
                     await self.txn_consume(txn)
+                    continue
+            # txn_consume past the transaction's first message, inline (a coroutine less).
             steps += 1
+            env = sequencer.dequeued
+            assert env is not None
+            try:
+                await consume(shard, store, env, publisher)
+            except Exception as e:
+                self.txn_consume_failed(txn, e)
+            else:
+                self.txn_consumed(txn, env)
         return steps
 
     def txn_blocks(self, txn: Transaction) -> bool:
@@ -981,7 +995,8 @@ _CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
 
 
 def _factory(app: Application, spec: pb.JournalSpec) -> Callable[[str], Any]:
-    return lambda _journal: app.new_message(spec)
+    new_message = app.new_message  # Bound once: this runs once per message read.
+    return lambda _journal: new_message(spec)
 
 
 async def run_transactions(

@@ -158,6 +158,9 @@ class Sequencer:
         # of a zero clock must not un-pend a real producer's).
         self._pending: dict[int, PartialSeq] = {}
         self._emit: PartialSeq | None = None
+        # The envelope of a ready OUTSIDE_COMMIT sequence of one (held outside the ring), and its clock.
+        self._lone: Envelope[Any] | None = None
+        self._lone_clock = 0
         self._replay_it: Iterator[Envelope[Any]] | None = None
         self._capacity = max(buffer, 1)
         self._ring: list[Envelope[Any] | None] = []
@@ -177,10 +180,6 @@ class Sequencer:
         """
         if self._emit is not None:
             raise SequencerStateError("committed messages remain to dequeue", journal=env.journal, offset=env.begin)
-        ring, head = self._ring, self._head
-        if len(ring) < self._capacity or ring[head] is not None:
-            self._evict_at_head()  # (A full ring's empty slot needs nothing: the usual case.)
-
         # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
         # inline: this runs once per message read.
         u = env.uuid.int
@@ -203,16 +202,19 @@ class Sequencer:
 
         if flags == _OUTSIDE_TXN and clock > partial.min_clock and partial.begin == -1:
             # OUTSIDE_COMMIT of a producer with no open span (so with no ring entries), the usual
-            # case: _decide and the branch below with _add_at_head, inline.
-            ring[head] = env
-            self._clocks[head] = uuid_clock
-            self._next[head] = -1
-            partial.ring_start = partial.ring_stop = head
-            self._head = head + 1 if head + 1 < self._capacity else 0
+            # case: _decide's outcome, inline. The sequence is this one envelope, which step()
+            # dequeues straight from _lone rather than through the ring.
             partial.begin = env.begin
             partial.max_clock = clock
+            partial.ring_start = partial.ring_stop = -1
+            self._lone = env
+            self._lone_clock = uuid_clock
             self._emit = partial
             return _OUTSIDE_COMMIT
+
+        ring = self._ring
+        if len(ring) < self._capacity or ring[self._head] is not None:
+            self._evict_at_head()  # (A full ring's empty slot needs nothing: the usual case.)
 
         outcome = self._decide(env, partial, clock, flags)
 
@@ -301,6 +303,15 @@ class Sequencer:
         emit = self._emit
         if emit is None:
             return False
+        lone = self._lone
+        if lone is not None:
+            # An OUTSIDE_COMMIT sequence of one, never in the ring: its clock lies in
+            # (min_clock, max_clock] and emit.begin is its offset, by construction.
+            self._lone = None
+            self.dequeued = lone
+            self._dequeued_clock = self._lone_clock
+            self._dequeued_ring_index = -1
+            return True
         ring = self._ring
         if self.dequeued is None:
             if self._replay_it is None:
@@ -352,7 +363,8 @@ class Sequencer:
         if self.dequeued is not None:
             self._offsets[emit.jp.journal] = self.dequeued.end
         emit.reset(emit.min_clock)
-        self._pending.pop(id(emit), None)
+        if self._pending:
+            self._pending.pop(id(emit), None)
         self.dequeued = None
         self._emit = None
         self._dequeued_clock = 0

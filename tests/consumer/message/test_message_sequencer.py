@@ -698,3 +698,23 @@ def test_zero_clock_envelope_does_not_unpend_a_real_producer() -> None:
     assert queue(seq, z) == [Q.OUTSIDE_COMMIT]
     assert list(seq.committed()) == [z]
     assert seq.has_pending()  # The open sequence of the real producer is still pending.
+
+
+def test_self_committed_messages_take_no_ring_slot() -> None:
+    # A self-committed message is its own sequence, dequeued at once: it is never put in the
+    # ring, so a ring of three keeps another producer's span of two, and its ACK, through any
+    # number of them.
+    generate = envelope_generator()
+    seq = Sequencer(None, (), 3)
+    A, B = new_producer_id(), new_producer_id()
+    a1, a2 = generate(A, 1, CONT), generate(A, 2, CONT)
+    assert queue(seq, a1, a2) == [Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_EXTEND_SPAN]
+    for clock in range(1, 6):
+        b = generate(B, clock, OUT)
+        assert queue(seq, b) == [Q.OUTSIDE_COMMIT]
+        expect_deque(seq, b)
+    assert seq._ring == [a1, a2]
+    ack = generate(A, 3, ACK)
+    assert queue(seq, ack) == [Q.ACK_COMMIT_RING]  # Not ACK_COMMIT_REPLAY: a1 was not evicted.
+    expect_deque(seq, a1, a2, ack)
+    assert seq.offsets == {JOURNAL: ack.end}
