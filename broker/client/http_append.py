@@ -3,18 +3,19 @@
 A gRPC Append through grpc.aio costs three messages each way of per-message machinery on both
 sides; the broker's HTTP gateway takes the same append as one PUT on a kept-alive connection
 and runs it in-process (`broker.gateway.local`), at a fraction of the round trip. `append()`
-takes this path for a plain append (no AppendRequest parameters) of at most `HTTP_APPEND_LIMIT`
+(and an AppendService, for a batch held in memory) takes this path for a plain append (no AppendRequest parameters) of at most `HTTP_APPEND_LIMIT`
 bytes to an `http://` endpoint; everything else is a gRPC Append.
 
 The outcome is known as exactly as over gRPC: the gateway commits only once the whole body has
 arrived and answers 204 with the commit (`X-Commit-Begin`, `-End`, `-SHA1-Sum`, the route as
-`X-Route-Token`), or an error status. The request carries `Expect: 100-continue` (its body is sent
-at once all the same): a server answers `100 Continue` when it begins reading the body, before
-anything can be committed, as a broker sends `gazette-append-begun` before reading an Append. So a
-connection that fails before `100 Continue` arrived raises TransportError (nothing was written:
-e.g. a stopping broker closed the kept-alive connection as the request came), and one that fails
-after raises AppendOutcomeUnknown; a 500 naming a status (e.g. `JOURNAL_NOT_FOUND`) raises that
-status's error, as nothing was committed.
+`X-Route-Token`, and the journal's registers as `X-Registers` if it has any), or an error
+status. The request carries `Expect: 100-continue` (its body is sent at once all the same): a
+server answers `100 Continue` when it begins reading the body, before anything can be committed,
+as a broker sends `gazette-append-begun` before reading an Append. So a connection that fails
+before `100 Continue` arrived raises TransportError (nothing was written: e.g. a stopping broker
+closed the kept-alive connection as the request came), and one that fails after raises
+AppendOutcomeUnknown; a 500 naming a status (e.g. `JOURNAL_NOT_FOUND`) raises that status's
+error, as nothing was committed.
 """
 
 from __future__ import annotations
@@ -171,6 +172,10 @@ class HttpAppends:
             token = headers.get(b"x-route-token")
             if token:
                 resp.header.route.CopyFrom(self._route(journal, token))
+            registers = headers.get(b"x-registers")
+            if registers:
+                with contextlib.suppress(text_format.ParseError, UnicodeDecodeError):  # Committed all the same.
+                    text_format.Parse(registers.decode("utf-8"), resp.registers)
             return resp
         text = body.decode("utf-8", "replace").strip()
         match = _STATUS_BODY.fullmatch(text + "\n") if status == 500 else None

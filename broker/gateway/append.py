@@ -18,8 +18,10 @@ from broker.gateway.responses import (
     COMMIT_BEGIN_HEADER,
     COMMIT_END_HEADER,
     COMMIT_SUM_HEADER,
+    REGISTERS_HEADER,
     WRITE_HEAD_HEADER,
     EndpointOf,
+    registers_token,
     route_headers,
     rpc_error_status,
     rpc_error_text,
@@ -108,6 +110,8 @@ async def _relay_append(
             (WRITE_HEAD_HEADER, str(commit.end)),
             (COMMIT_SUM_HEADER, sha1sum_hex(commit.sum)),
         ]
+    if resp.registers.labels:
+        headers.append((REGISTERS_HEADER, registers_token(resp.registers)))
     await conn.start_response(204, headers)
     await conn.end_response()
 

@@ -22,6 +22,9 @@ CLOSE_ERROR_HEADER = "X-Close-Error"
 COMMIT_BEGIN_HEADER = "X-Commit-Begin"
 COMMIT_END_HEADER = "X-Commit-End"
 COMMIT_SUM_HEADER = "X-Commit-Sha1-Sum"  # Go's canonical spelling of X-Commit-SHA1-Sum.
+REGISTERS_HEADER = "X-Registers"
+"""The journal's registers after a PUT's commit, in compact text form; absent when it has none.
+This project's own (Gazette's gateway does not report registers); the client library reads it."""
 
 Headers = list[tuple[str, str]]
 EndpointOf = Callable[[pb.ProcessSpec.ID], str | None]
@@ -60,6 +63,13 @@ def route_token(route: pb.Route) -> str:
     for endpoint in route.endpoints:
         parts.append(f"endpoints:{_text_string(endpoint)} ")
     return "".join(parts)
+
+
+def registers_token(registers: pb.LabelSet) -> str:
+    """A LabelSet in protobuf compact text form, as `route_token` writes a Route."""
+    return "".join(
+        f"labels:<name:{_text_string(label.name)} value:{_text_string(label.value)} > " for label in registers.labels
+    )
 
 
 def _text_string(s: str) -> str:

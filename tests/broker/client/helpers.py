@@ -60,6 +60,14 @@ def metric(broker: BrokerProcess, name: str, journal: str) -> int:
     return int(float(match.group(1))) if match else 0
 
 
+def http_puts(broker: BrokerProcess) -> int:
+    """The broker gateway's count of PUTs answered 204."""
+    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    match = re.search(r'^gazette_http_requests_total\{code="204",method="PUT"\} (\S+)$', text, re.MULTILINE)
+    return int(float(match.group(1))) if match else 0
+
+
 def append_rpcs(broker: BrokerProcess, journal: str) -> int:
     """The broker's count of committed Append RPCs of `journal`."""
     return metric(broker, "gazette_append_requests_total", journal)

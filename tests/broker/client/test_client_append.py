@@ -21,7 +21,7 @@ from broker.client import (
 from broker.client.sync import read_all
 from broker.fragment import sha1sum_hex
 from broker.protocol import labels, pb
-from tests.broker.client.helpers import append_rpcs, new_journal, unique
+from tests.broker.client.helpers import append_rpcs, http_puts, new_journal, unique
 from tests.harness import BrokerProcess
 
 
@@ -223,3 +223,28 @@ async def test_append_service_linger_ends_by_itself(client: JournalClient, broke
         assert service.stats.rpcs == 1
         with pytest.raises(ValueError, match="linger"):
             AppendService(client, linger=-1)
+
+
+async def test_append_service_sends_plain_batches_as_puts(client: JournalClient, broker: BrokerProcess) -> None:
+    # A batch of plain appends held in memory is one HTTP PUT (the cheaper round trip); one with
+    # AppendRequest parameters, or whose content spilled to disk, is a gRPC Append.
+    journal = await new_journal(client)
+    puts = await asyncio.to_thread(http_puts, broker)
+    async with AppendService(client) as service:
+        plain = await asyncio.gather(*(service.append(journal, f"{i},".encode()) for i in range(100)))
+        assert await asyncio.to_thread(http_puts, broker) == puts + 1 and service.stats.rpcs == 1
+        assert {(r.commit.begin, r.commit.end) for r in plain} == {(0, 290)}
+
+        registers = pb.LabelSet(labels=[pb.Label(name="owner", value="test")])
+        await service.append(pb.AppendRequest(journal=journal, union_registers=registers), b"registered,")
+        assert await asyncio.to_thread(http_puts, broker) == puts + 1
+    async with AppendService(client, journal_memory_limit=1 << 10, spool_dir=None) as spilling:
+        aa = spilling.append(journal, b"s" * (4 << 10))
+        assert spilling.stats.spilled_bytes > 0
+        await aa
+    async with JournalClient(broker.url, http_appends=False) as grpc_only, AppendService(grpc_only) as service:
+        await service.append(journal, b"no HTTP,")
+    assert await asyncio.to_thread(http_puts, broker) == puts + 1
+    assert await content(broker, journal) == (
+        b"".join(f"{i},".encode() for i in range(100)) + b"registered," + b"s" * (4 << 10) + b"no HTTP,"
+    )

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,16 +20,8 @@ from broker.client import (
 from broker.fragment.sums import sha1sum_from_digest
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError
-from tests.broker.client.helpers import append_rpcs, new_journal
+from tests.broker.client.helpers import append_rpcs, http_puts, new_journal
 from tests.harness import BrokerProcess, free_port
-
-
-def http_puts(broker: BrokerProcess) -> int:
-    """The broker gateway's count of PUTs answered 204."""
-    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    match = re.search(r'^gazette_http_requests_total\{code="204",method="PUT"\} (\S+)$', text, re.MULTILINE)
-    return int(float(match.group(1))) if match else 0
 
 
 async def test_a_small_plain_append_is_one_put_with_its_commit_and_route(
@@ -103,3 +93,14 @@ async def test_a_broker_that_is_gone_or_restarted(tmp_path: Path, etcd_endpoint:
             assert resp.commit.begin >= 7
         finally:
             assert await asyncio.to_thread(again.stop) == 0, again.logs()
+
+
+async def test_a_put_reports_the_journals_registers(broker: BrokerProcess, client: JournalClient) -> None:
+    journal = await new_journal(client, "http-append")
+    assert not (await append(client, journal, b"before\n")).registers.labels
+    registers = pb.LabelSet(labels=[pb.Label(name="author", value="me"), pb.Label(name="fence", value="v1.2-3_x")])
+    await append(client, journal, b"registered\n", union_registers=registers)  # A gRPC Append: parameters.
+    puts = http_puts(broker)
+    resp = await append(client, journal, b"after\n")
+    assert http_puts(broker) == puts + 1
+    assert resp.registers == registers
