@@ -111,14 +111,14 @@ class ConsumerProc:
 
     def __init__(self, tmp: Path, broker: BrokerProcess, etcd: str, store: str, derived: str) -> None:
         self.port = free_port()
-        self.log_path = Path("/tmp/consumer_debug.log")
+        self.log_path = tmp / f"consumer-{self.port}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_"))}
         env.update({"PYTHONPATH": str(ROOT), STORE_ENV: store, DERIVED_ENV: derived, EVERY_ENV: str(EVERY)})
         args = [
             sys.executable, "-m", "consumer", "consume", APP,
             "--consumer.id", "bench-consumer", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
-            "--etcd.prefix", PREFIX, "--log.level", "debug",
+            "--etcd.prefix", PREFIX, "--log.level", "info",
         ]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
