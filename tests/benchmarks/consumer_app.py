@@ -133,6 +133,14 @@ def read_total(store: str) -> int:
 ACK_TXN = int(Flags.ACK_TXN)  # A plain int: compared once per message.
 
 
+@dataclasses.dataclass
+class ShardCounts:
+    """A shard's counts by key since its transaction began, and the messages it has seen."""
+
+    pending: Counter[str] = dataclasses.field(default_factory=Counter)
+    seen: int = 0
+
+
 class BenchApp:
     """Counts messages by key (in memory per transaction, upserted in finalize_txn), and publishes
     a Derived message per `every` inputs."""
@@ -141,8 +149,7 @@ class BenchApp:
         self.store_url = os.environ.get(STORE_ENV, "sqlite:bench-counts.db")
         self.derived = os.environ.get(DERIVED_ENV, "")
         self.every = int(os.environ.get(EVERY_ENV, "100"))
-        self._pending: dict[str, Counter[str]] = {}
-        self._seen: dict[str, int] = {}
+        self._shards: dict[str, ShardCounts] = {}
         if self.store_url.startswith("postgres:"):
             import psycopg  # noqa: F401  (At start, as an application imports its driver, not at a shard's assignment.)
 
@@ -164,21 +171,20 @@ class BenchApp:
         msg = envelope.message
         if get_flags(msg.UUID) == ACK_TXN:
             return
-        sid = shard.id
-        pending = self._pending.get(sid)
-        if pending is None:
-            pending = self._pending[sid] = Counter()
-        pending[msg.Key] += 1
-        seen = self._seen.get(sid, 0) + 1
-        self._seen[sid] = seen
-        if self.derived and seen % self.every == 0:
-            derived = self.derived
+        counts = self._shards.get(shard.id)
+        if counts is None:
+            counts = self._shards[shard.id] = ShardCounts()
+        counts.pending[msg.Key] += 1
+        counts.seen += 1
+        if counts.seen % self.every == 0 and self.derived:
+            derived, seen = self.derived, counts.seen
             publisher.publish_uncommitted(lambda _m: (derived, NDJSON), Derived(Key=msg.Key, N=seen, T=msg.T))
 
-    async def finalize_txn(self, shard: Any, store: Any, publisher: Publisher) -> None:
-        pending = self._pending.pop(shard.id, None)
-        if not pending:
+    async def finalize_txn(self, shard: Any, store: Any, publisher: Any) -> None:
+        counts = self._shards.get(shard.id)
+        if counts is None or not counts.pending:
             return
+        pending, counts.pending = counts.pending, Counter()
         upsert = " ON CONFLICT (shard, key) DO UPDATE SET n = counts.n + excluded.n"
         if self.store_url.startswith("sqlite:"):
             await store.executemany(
