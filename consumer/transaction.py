@@ -602,8 +602,8 @@ class Transactions:
     # -- one step ---------------------------------------------------------------------------
 
     async def txn_steps_ready(self, txn: Transaction, prev: Transaction, limit: int) -> int:
-        """Take up to about `limit` steps of `txn` while each is one txn_step would take without
-        waiting, consuming or reading an envelope (or handling a tick). Returns the steps taken.
+        """Take up to `limit` steps of `txn` while each is one txn_step would take without waiting,
+        consuming or reading an envelope (or handling a tick). Returns the steps taken.
 
         The same transitions as txn_step's, in the same order (the timer, then a resolved barrier
         of the prior transaction, then the channel), without its dispatch: the loop of a shard

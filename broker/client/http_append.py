@@ -1,10 +1,11 @@
 """One small append as an HTTP PUT: the cheapest correct path for `append()` without parameters.
 
 A gRPC Append through grpc.aio costs three messages each way of per-message machinery on both
-sides; the broker's HTTP gateway takes the same append as one PUT on a kept-alive connection
-and runs it in-process (`broker.gateway.local`), at a fraction of the round trip. `append()`
-(and an AppendService, for a batch held in memory) takes this path for a plain append (no AppendRequest parameters) of at most `HTTP_APPEND_LIMIT`
-bytes to an `http://` endpoint; everything else is a gRPC Append.
+sides; the broker's HTTP gateway takes the same append as one PUT on a kept-alive connection and
+runs it in-process (`broker.gateway.local`), at a fraction of the round trip. `append()` (and an
+AppendService, for a batch held in memory) takes this path for a plain append (no AppendRequest
+parameters) of at most `HTTP_APPEND_LIMIT` bytes to an `http://` endpoint; everything else is a
+gRPC Append.
 
 The outcome is known as exactly as over gRPC: the gateway commits only once the whole body has
 arrived and answers 204 with the commit (`X-Commit-Begin`, `-End`, `-SHA1-Sum`, the route as
