@@ -632,10 +632,7 @@ class Transactions:
                     if self.txn_sequenced(txn, prev, item, outcome):
                         await self.txn_replay()
                     continue
-                try:  # txn_sequenced's usual case (txn_step_sequencer), inline.
-                    sequencer.step()
-                except Exception as e:
-                    raise _wrap("initial sequencer.Step", e) from _cause(e)
+                self.txn_step_sequencer()  # txn_sequenced's usual case, inline.
                 if not txn.consumed_count or steps == limit:
                     continue  # The transaction's first message is txn_consume's part, next.
                 # A message past the transaction's first is consumed at once, as the next step:

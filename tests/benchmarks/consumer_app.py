@@ -180,7 +180,7 @@ class BenchApp:
             derived, seen = self.derived, counts.seen
             publisher.publish_uncommitted(lambda _m: (derived, NDJSON), Derived(Key=msg.Key, N=seen, T=msg.T))
 
-    async def finalize_txn(self, shard: Any, store: Any, publisher: Any) -> None:
+    async def finalize_txn(self, shard: Any, store: Any, publisher: Publisher) -> None:
         counts = self._shards.get(shard.id)
         if counts is None or not counts.pending:
             return

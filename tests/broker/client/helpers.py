@@ -53,18 +53,19 @@ async def new_journal(client: JournalClient, prefix: str = "client", **fragment:
 
 def metric(broker: BrokerProcess, name: str, journal: str) -> int:
     """A per-journal counter of the broker's /debug/metrics, e.g. `gazette_append_requests_total`."""
-    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    pattern = rf'^{re.escape(name)}{{journal="{re.escape(journal)}"}} (\S+)$'
-    match = re.search(pattern, text, re.MULTILINE)
-    return int(float(match.group(1))) if match else 0
+    return _counter(broker, name, f'journal="{re.escape(journal)}"')
 
 
 def http_puts(broker: BrokerProcess) -> int:
     """The broker gateway's count of PUTs answered 204."""
+    return _counter(broker, "gazette_http_requests_total", 'code="204",method="PUT"')
+
+
+def _counter(broker: BrokerProcess, name: str, labels: str) -> int:
+    """The value of counter `name` whose labels match the pattern `labels` (0 if absent)."""
     with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    match = re.search(r'^gazette_http_requests_total\{code="204",method="PUT"\} (\S+)$', text, re.MULTILINE)
+    match = re.search(rf"^{re.escape(name)}{{{labels}}} (\S+)$", text, re.MULTILINE)
     return int(float(match.group(1))) if match else 0
 
 
