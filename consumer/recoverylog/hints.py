@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from broker.keyspace.keyspace import compare_create, compare_mod, get_op, put_op, txn_response
+from broker.keyspace.keyspace import compare_create, compare_mod, prefix_response, put_op, txn_response
 from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb
 from consumer.protocol.shard_spec import hint_backup_keys, hint_primary_key, recovery_log
@@ -107,22 +107,24 @@ def pick_first_hints(hints: Sequence[FSMHints | None], log: str) -> FSMHints:
 
 
 async def fetch_hints(etcd: Any, spec: cpb.ShardSpec) -> FetchedHints:
-    """The shard's primary and backup hints, read in one etcd transaction. Each is decoded and
-    must make a valid FSM of the shard's recovery log, or HintsError is raised."""
+    """The shard's primary and backup hints, read in one etcd Range of the keys they share as a
+    prefix (`{hint_prefix}/{id}.`; Gazette reads them in one Txn). Each is decoded and must make a
+    valid FSM of the shard's recovery log, or HintsError is raised."""
     keys = [hint_primary_key(spec), *hint_backup_keys(spec)]
     out = FetchedHints(log=recovery_log(spec), keys=keys, hints=[])
     try:
-        resp = await txn_response(etcd, [], [get_op(k) for k in keys])
+        resp = await prefix_response(etcd, f"{spec.hint_prefix}/{spec.id}.")
     except grpc.aio.AioRpcError as exc:
         raise HintsError(f"fetching ShardSpec.HintKeys: {exc.details() or exc.code()}") from exc
-    for key, r in zip(keys, resp.responses, strict=True):
-        kvs = r.response_range.kvs
-        if not kvs:
+    found = {bytes(kv.key): kv for kv in resp.kvs}
+    for key in keys:
+        kv = found.get(key.encode())
+        if kv is None:
             out.hints.append(None)
             out.mod_revisions.append(0)
             out.values.append(None)
             continue
-        value = bytes(kvs[0].value)
+        value = bytes(kv.value)
         try:
             h = decode_hints(value)
             try:
@@ -134,7 +136,7 @@ async def fetch_hints(etcd: Any, spec: cpb.ShardSpec) -> FetchedHints:
         except HintsError as exc:
             raise HintsError(f"{exc.reason} (at {key})", log=exc.log) from exc
         out.hints.append(h)
-        out.mod_revisions.append(int(kvs[0].mod_revision))
+        out.mod_revisions.append(int(kv.mod_revision))
         out.values.append(value)
     return out
 

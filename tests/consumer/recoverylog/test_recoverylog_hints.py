@@ -115,3 +115,18 @@ async def test_fetched_hints_are_validated(etcd_client: Any, spec: cpb.ShardSpec
     await etcd_client.put(key.encode(), b"\xff\xff not a proto")
     with pytest.raises(HintsError, match=r"hints\.Unmarshal"):
         await fetch_hints(etcd_client, spec)
+
+
+async def test_fetch_reads_only_the_shards_own_hint_keys(etcd_client: Any, spec: cpb.ShardSpec) -> None:
+    # The hints are read by one Range of the prefix `{hint_prefix}/{id}.`, which also holds the keys of
+    # a shard whose id extends this one's after a dot, and backup slots beyond hint_backups: not its.
+    await etcd_client.put(f"{spec.hint_prefix}/shard-A.x.primary".encode(), encode_hints(hints_of(9, "x/log")))
+    await etcd_client.put(
+        f"{spec.hint_prefix}/shard-A.backup.{spec.hint_backups}".encode(), encode_hints(hints_of(8))
+    )
+    await etcd_client.put(f"{spec.hint_prefix}/shard-A.backup.0".encode(), encode_hints(hints_of(7)))
+    fetched = await fetch_hints(etcd_client, spec)
+    assert [fnode_of(h) for h in fetched.hints] == [0, 7] + [0] * (spec.hint_backups - 1)
+    assert fetched.keys == [f"{spec.hint_prefix}/shard-A.primary"] + [
+        f"{spec.hint_prefix}/shard-A.backup.{i}" for i in range(spec.hint_backups)
+    ]
