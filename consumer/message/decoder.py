@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from broker.protocol import pb
 from consumer.message.envelope import Envelope
 from consumer.message.errors import DecodeError
-from consumer.message.framing import Framing, Unpacker, framing_for
+from consumer.message.framing import Frame, Framing, Unpacker, framing_for
 
 M = TypeVar("M")
 
@@ -42,6 +42,8 @@ class EnvelopeDecoder(Generic[M]):
         self.framing = framing
         self.new_message = new_message
         self._unpacker: Unpacker = framing.unpacker(journal, offset, max_frame_size=max_frame_size)
+        self._frames: list[Frame] = []  # Taken from the unpacker, not yet decoded (after an error).
+        self._error: Exception | None = None  # Raised by the next take() or next().
 
     @classmethod
     def for_spec(
@@ -56,7 +58,7 @@ class EnvelopeDecoder(Generic[M]):
     @property
     def offset(self) -> int:
         """Offset where the next envelope begins: everything before it has been decoded."""
-        return self._unpacker.offset
+        return self._frames[0].begin if self._frames else self._unpacker.offset
 
     @property
     def end_offset(self) -> int:
@@ -67,33 +69,55 @@ class EnvelopeDecoder(Generic[M]):
         """Add a chunk starting at `offset` (default: where the previous chunk ended)."""
         self._unpacker.feed(data, offset)
 
+    def take(self, limit: int, *, eof: bool = False) -> list[Envelope[M]]:
+        """Up to `limit` envelopes, in order (empty: more bytes are needed, or with `eof`, none remain).
+
+        An error after the first envelope is held, and raised by the next call of this or `next`;
+        it consumes the frame or bytes it reports, so calling again continues after it.
+        """
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._frames:
+            frames, self._frames = self._frames[:limit], self._frames[limit:]
+        else:
+            frames = self._unpacker.take_frames(limit, eof=eof)
+        # The loop of every reader, once per message: its names bound once.
+        journal, new_message, unmarshal = self.journal, self.new_message, self.framing.unmarshal
+        envelopes: list[Envelope[M]] = []
+        append = envelopes.append
+        try:
+            for frame in frames:
+                try:
+                    message = new_message(journal)
+                except Exception as e:
+                    raise self._decode_error(f"newMessage: {e}", frame) from e
+                unmarshal(frame, message)
+                try:
+                    append(Envelope(journal, frame.begin, frame.end, message))
+                except Exception as e:
+                    # get_uuid() of a malformed message, e.g. a CSV record whose first field isn't one.
+                    raise self._decode_error(f"reading message UUID: {e}", frame) from e
+        except Exception as e:
+            self._frames[:0] = frames[len(envelopes) + 1 :]
+            if not envelopes:
+                raise
+            self._error = e
+        return envelopes
+
     def next(self, *, eof: bool = False) -> Envelope[M] | None:
         """The next envelope, or None when more bytes are needed (or, with `eof`, none remain)."""
-        frame = self._unpacker.next_frame(eof=eof)
-        if frame is None:
-            return None
-        try:
-            message = self.new_message(self.journal)
-        except Exception as e:
-            raise DecodeError(
-                f"newMessage: {e}", journal=self.journal, offset=frame.begin, content_type=self.framing.content_type
-            ) from e
-        self.framing.unmarshal(frame, message)
-        try:
-            return Envelope(self.journal, frame.begin, frame.end, message)
-        except Exception as e:
-            # get_uuid() of a malformed message, e.g. a CSV record whose first field isn't one.
-            raise DecodeError(
-                f"reading message UUID: {e}",
-                journal=self.journal,
-                offset=frame.begin,
-                content_type=self.framing.content_type,
-            ) from e
+        envelopes = self.take(1, eof=eof)
+        return envelopes[0] if envelopes else None
 
-    def envelopes(self, *, eof: bool = False) -> Iterator[Envelope[M]]:
-        """Yield envelopes until more bytes are needed. An error ends this iterator only."""
-        while (env := self.next(eof=eof)) is not None:
-            yield env
+    def envelopes(self, *, eof: bool = False, batch: int = 128) -> Iterator[Envelope[M]]:
+        """Yield envelopes until more bytes are needed, decoding `batch` at a time. An error ends
+        this iterator only."""
+        while envelopes := self.take(batch, eof=eof):
+            yield from envelopes
+
+    def _decode_error(self, reason: str, frame: Frame) -> DecodeError:
+        return DecodeError(reason, journal=self.journal, offset=frame.begin, content_type=self.framing.content_type)
 
 
 def decode_chunks(

@@ -11,7 +11,6 @@ the sequence's range is read again with a second reader.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import AsyncIterator
 from typing import TypeVar
@@ -133,17 +132,8 @@ async def read_uncommitted_batches(
                     break  # end_offset reached.
                 decoder.feed(data, begin)
                 pending = asyncio.ensure_future(read_chunk())
-                envelopes = decoder.envelopes()
-                while True:
-                    batch: list[Envelope[M]] = []
-                    try:
-                        batch.extend(itertools.islice(envelopes, max_batch))  # Keeps the envelopes before an error.
-                    except Exception:
-                        if batch:
-                            yield batch
-                        raise
-                    if not batch:
-                        break
+                # An error is raised by the take() after the one that returned the envelopes before it.
+                while batch := decoder.take(max_batch):
                     yield batch
         finally:
             if pending is not None:  # Closed early (or failed): the read ahead is not wanted.
@@ -151,8 +141,7 @@ async def read_uncommitted_batches(
                 await asyncio.wait([pending])  # Before the reader closes under it.
                 if not pending.cancelled():
                     pending.exception()  # Retrieved: it is not this iterator's error.
-    batch = list(decoder.envelopes(eof=True))
-    if batch:
+    while batch := decoder.take(max_batch, eof=True):
         yield batch
 
 

@@ -15,6 +15,7 @@ plain ints.
 
 from __future__ import annotations
 
+import binascii
 import enum
 import secrets
 import uuid
@@ -115,8 +116,12 @@ def get_flags(u: uuid.UUID) -> int:
 
 _NODE_MASK = (1 << 48) - 1
 _new_object = object.__new__
-_set_attribute = object.__setattr__
+# The setters of UUID's two slots, which UUID.__init__ fills (its own __setattr__ refuses).
+_set_int = uuid.UUID.__dict__["int"].__set__
+_set_is_safe = uuid.UUID.__dict__["is_safe"].__set__
 _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
+_unhexlify = binascii.unhexlify
+_from_bytes = int.from_bytes
 
 
 def parse_uuid(text: str) -> uuid.UUID:
@@ -125,15 +130,21 @@ def parse_uuid(text: str) -> uuid.UUID:
     Accepted: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the same with a `urn:uuid:` prefix or
     wrapped in one character each side (`{...}`), or 32 hex digits.
     """
-    if len(text) == 36 and text[8] == "-" and text[13] == "-" and text[18] == "-" and text[23] == "-":
-        # The canonical form, as every message carries it, by one int(): 32 ASCII letters and digits
-        # (no sign, underscore or space, which int() would take), not starting "0x" (nor would that).
+    if len(text) == 36 and text[8:24:5] == "----":
+        # The canonical form, as every message carries it: unhexlify takes exactly pairs of hex
+        # digits (no sign, space, underscore or "0x", which int() would). The UUID is built as
+        # uuid.UUID(int=value) builds one, less its argument checks: this runs once per message read.
         digits = text.replace("-", "")
-        if len(digits) == 32 and digits.isascii() and digits.isalnum() and digits[1] not in "xX":
+        if len(digits) == 32:
             try:
-                return _uuid_of(int(digits, 16))
-            except ValueError:
-                pass  # A letter beyond f: below says so.
+                value = _from_bytes(_unhexlify(digits), "big")
+            except ValueError:  # binascii.Error is one: a character that isn't a hex digit.
+                pass  # Below says so.
+            else:
+                u = _new_object(uuid.UUID)
+                _set_int(u, value)
+                _set_is_safe(u, _UNKNOWN_SAFETY)
+                return u
 
     raw = text.encode("utf-8", errors="surrogateescape")
     # google/uuid measures Go strings, which are bytes.
@@ -152,15 +163,6 @@ def parse_uuid(text: str) -> uuid.UUID:
     if raw[8:9] != b"-" or raw[13:14] != b"-" or raw[18:19] != b"-" or raw[23:24] != b"-":
         raise UUIDError("invalid UUID format")
     return _from_hex(raw[0:8] + raw[9:13] + raw[14:18] + raw[19:23] + raw[24:36])
-
-
-def _uuid_of(value: int) -> uuid.UUID:
-    """`uuid.UUID(int=value)` for a 128-bit `value`, without its argument checks (a third of the
-    cost of reading a message's UUID). It sets the same two slots `UUID.__init__` sets."""
-    u = _new_object(uuid.UUID)
-    _set_attribute(u, "int", value)
-    _set_attribute(u, "is_safe", _UNKNOWN_SAFETY)
-    return u
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")

@@ -112,6 +112,20 @@ class Unpacker(abc.ABC):
         while (frame := self.next_frame(eof=eof)) is not None:
             yield frame
 
+    def take_frames(self, limit: int, *, eof: bool = False) -> list[Frame]:
+        """Up to `limit` whole frames, as `next_frame` returns them (empty: more bytes are needed,
+        or with `eof`, none remain). A FramingError after the first frame is held, and raised by
+        the next call of this or `next_frame`."""
+        frames: list[Frame] = []
+        try:
+            while len(frames) < limit and (frame := self.next_frame(eof=eof)) is not None:
+                frames.append(frame)
+        except FramingError as e:
+            if not frames:
+                raise
+            self._pending = e
+        return frames
+
     @abc.abstractmethod
     def _scan(self, eof: bool) -> Frame | None:
         """Framing-specific: find, consume and return the frame at `_pos`."""

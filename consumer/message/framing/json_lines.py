@@ -130,6 +130,8 @@ class JSONFraming(Framing):
         return LineUnpacker(self, journal, offset, max_frame_size)
 
 
+_new_tuple = tuple.__new__  # Frame(...) less its Python-level __new__.
+
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _scan_once = _DECODER.scan_once  # type: ignore[attr-defined]  # Set by JSONDecoder.__init__, untyped.
 
@@ -240,10 +242,38 @@ class LineUnpacker(Unpacker):
         super().__init__(framing, journal, offset, max_frame_size)
         self._search_from = 0  # Bytes before this index (from _pos) hold no newline.
         self._skipping = False  # Dropping the rest of a too-large line.
+        self._snapshot: bytes | None = None  # bytes(_buf), for take_frames, until the next feed.
+
+    def feed(self, data: bytes, offset: int | None = None) -> None:
+        super().feed(data, offset)
+        self._snapshot = None
 
     def _on_jump(self) -> None:
         self._search_from = 0
         self._skipping = False
+
+    def take_frames(self, limit: int, *, eof: bool = False) -> list[Frame]:
+        # The usual case, whole lines of at most max_frame_size, cut from one bytes copy of the
+        # buffer in one loop: a third of the cost of next_frame's per frame. Anything else (a
+        # held error, a line being skipped, a partial or oversized line) is next_frame's.
+        if self._pending is not None or self._skipping:
+            return super().take_frames(limit, eof=eof)
+        snapshot = self._snapshot
+        if snapshot is None:
+            snapshot = self._snapshot = bytes(self._buf)
+        find, pos, base, journal, max_size = snapshot.find, self._pos, self._base, self.journal, self.max_frame_size
+        frames: list[Frame] = []
+        append = frames.append
+        for _ in range(limit):
+            end = find(b"\n", pos) + 1
+            if not end or end - pos > max_size:
+                break
+            append(_new_tuple(Frame, (journal, base + pos, base + end, snapshot[pos:end])))
+            pos = end
+        if not frames:
+            return super().take_frames(limit, eof=eof)
+        self._pos, self._search_from = pos, 0
+        return frames
 
     def _scan(self, eof: bool) -> Frame | None:
         # _search_from is relative to _pos, so it survives compaction; reset it whenever _pos moves.

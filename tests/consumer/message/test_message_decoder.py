@@ -75,6 +75,46 @@ def test_decoder_errors_carry_journal_offset_and_content_type() -> None:
         EnvelopeDecoder.for_spec(pb.JournalSpec(name="a/journal"), new_test_msg)
 
 
+def test_take_returns_the_envelopes_before_an_error_then_raises_it_then_goes_on() -> None:
+    producer = new_producer_id()
+    msgs = [TestMsg(build_uuid(producer, 160 * (i + 1), Flags.OUTSIDE_TXN), f"m{i}") for i in range(5)]
+    lines = [JSON_FRAMING.marshal(m) for m in msgs]
+    lines[2] = b'{"Str":oops}\n'  # Not JSON.
+    data = b"".join(lines)
+    begins = list(itertools.accumulate((len(line) for line in lines), initial=0))
+    decoder = EnvelopeDecoder("a/journal", JSON_FRAMING, new_test_msg)
+    decoder.feed(data)
+    assert [e.message.Str for e in decoder.take(10)] == ["m0", "m1"]
+    assert decoder.offset == begins[3]  # The bad frame is consumed; the next envelope is m3.
+    with pytest.raises(DecodeError) as info:
+        decoder.take(10)
+    assert info.value.offset == begins[2]
+    first = decoder.take(1)
+    assert [(e.message.Str, e.begin, e.end) for e in first] == [("m3", begins[3], begins[4])]
+    assert [e.message.Str for e in decoder.take(10)] == ["m4"]
+    assert decoder.take(10) == [] and decoder.offset == len(data)
+
+    # newMessage failing mid-batch: the frames after its frame are kept for the next take().
+    calls = itertools.count()
+
+    def every_other(journal: str) -> TestMsg:
+        if next(calls) == 1:
+            raise RuntimeError("not this one")
+        return TestMsg()
+
+    lines[2] = lines[1]
+    begins = list(itertools.accumulate((len(line) for line in lines), initial=0))
+    decoder = EnvelopeDecoder("a/journal", JSON_FRAMING, every_other)
+    decoder.feed(b"".join(lines))
+    assert len(decoder.take(10)) == 1
+    with pytest.raises(DecodeError, match="newMessage: not this one") as info:
+        decoder.next()
+    assert info.value.offset == begins[1]
+    assert decoder.offset == begins[2]
+    assert [e.begin for e in decoder.take(2)] == begins[2:4]
+    assert [e.begin for e in decoder.take(2)] == [begins[4]]
+
+
 def test_decoder_csv_records() -> None:
     u = build_uuid(new_producer_id(), 160, Flags.OUTSIDE_TXN)
     (env,) = decode_chunks("a/csv", CSV_FRAMING, lambda j: CSVRecord(), [(0, f"{u},x,y\n".encode())])

@@ -527,6 +527,55 @@ def test_frames_do_not_depend_on_chunking(framing: Framing, stream: Any) -> None
         assert frames == whole
 
 
+@pytest.mark.parametrize(
+    ("framing", "stream"),
+    [(JSON_FRAMING, json_stream), (PROTO_FIXED_FRAMING, fixed_stream), (CSV_FRAMING, csv_stream)],
+)
+def test_take_frames_returns_next_frames_frames_at_most_limit_at_a_time(framing: Framing, stream: Any) -> None:
+    data: bytes = stream()
+    whole = unpack_all(framing, data, offset=4096)
+    for size, limit in itertools.product((1, 7, 64, len(data)), (1, 5, 100)):
+        unpacker = framing.unpacker("a/journal", 4096)
+        frames: list[Frame] = []
+        for i in range(0, len(data), size):
+            unpacker.feed(data[i : i + size], 4096 + i)
+            while taken := unpacker.take_frames(limit):
+                assert len(taken) <= limit
+                frames.extend(taken)
+        assert unpacker.take_frames(limit, eof=True) == []
+        assert frames == whole, (size, limit)
+
+
+def test_take_frames_holds_an_error_after_its_first_frame_for_the_next_call() -> None:
+    # JSON lines: the whole lines before a line too long, then its error, then the lines after it.
+    unpacker = JSON_FRAMING.unpacker("a/journal", 0, max_frame_size=8)
+    unpacker.feed(b'{}\n{"a":1}\n' + b"x" * 20 + b"\n{}\n")
+    assert unpacker.take_frames(10) == [Frame("a/journal", 0, 3, b"{}\n"), Frame("a/journal", 3, 11, b'{"a":1}\n')]
+    with pytest.raises(FrameTooLargeError) as info:
+        unpacker.take_frames(10)
+    assert info.value.offset == 11
+    assert unpacker.take_frames(10) == [Frame("a/journal", 32, 35, b"{}\n")]
+
+    # A framing without a fast path: the frame before the garbage, then its error, then the rest.
+    unpacker = PROTO_FIXED_FRAMING.unpacker("a/journal", 500)
+    unpacker.feed(FRAME_20 + b"foobar" + FRAME_20)
+    assert [(f.begin, f.end) for f in unpacker.take_frames(10)] == [(500, 528)]
+    with pytest.raises(DesyncError) as desync:
+        unpacker.next_frame()  # next_frame raises the held error too.
+    assert (desync.value.offset, desync.value.end) == (528, 534)
+    assert [(f.begin, f.end) for f in unpacker.take_frames(10)] == [(534, 562)]
+
+    # A partial line waits for more bytes, and is truncated at the end of the stream.
+    unpacker = JSON_FRAMING.unpacker("a/journal", 0)
+    unpacker.feed(b'{}\n{"a"')
+    assert unpacker.take_frames(10) == [Frame("a/journal", 0, 3, b"{}\n")]
+    assert unpacker.take_frames(10) == []
+    unpacker.feed(b":1}\n{")
+    assert unpacker.take_frames(10) == [Frame("a/journal", 3, 11, b'{"a":1}\n')]
+    with pytest.raises(TruncatedFrameError):
+        unpacker.take_frames(10, eof=True)
+
+
 def test_offset_jump_truncates_a_partial_frame() -> None:
     unpacker = JSON_FRAMING.unpacker("a/journal", 100)
     unpacker.feed(b'{"a":1}\n{"b"')
