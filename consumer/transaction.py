@@ -205,6 +205,46 @@ class MessageChannel:
         self._readable.set()
         self._writable.set()
 
+    def take(self, limit: int) -> list[Envelope[Any] | Exception]:
+        """Up to `limit` of the next items, without waiting (fewer when the first queued list has
+        fewer; none when empty). `put_back` returns those left unprocessed to the front."""
+        lists = self._lists
+        if not lists or limit < 1:
+            return []
+        first, pos = lists[0], self._pos
+        if pos == 0 and len(first) <= limit and type(first) is list:
+            items = first  # The channel owns a list sent to it: handed on whole, not copied.
+        else:
+            items = list(first[pos : pos + limit])
+        if pos + len(items) == len(first):
+            lists.popleft()
+            self._pos = 0
+        else:
+            self._pos = pos + len(items)
+        self._on_taken(len(items))
+        return items
+
+    def put_back(self, items: list[Envelope[Any] | Exception]) -> None:
+        """Return the last items `take` gave, unprocessed, to the front of the channel."""
+        if not items:
+            return
+        if self._pos >= len(items):
+            self._pos -= len(items)  # They are still in the first list, just before _pos.
+        else:
+            self._lists.appendleft(items)
+            self._pos = 0
+        self._len += len(items)
+        self._readable.set()
+        if self._len >= self.capacity:
+            self._writable.clear()
+
+    def _on_taken(self, count: int) -> None:
+        size = self._len = self._len - count
+        if size == 0 and not self._closed:
+            self._readable.clear()
+        if size < self.capacity <= size + count:
+            self._writable.set()
+
     def poll(self) -> Envelope[Any] | Exception | _Marker:
         """The next item, EMPTY if none is queued, or CLOSED if none ever will be."""
         lists = self._lists
@@ -610,53 +650,64 @@ class Transactions:
         reading as fast as it can is mostly these, also while the prior transaction commits.
         """
         sequencer = self.sequencer
-        poll_timer = self.timer.poll
-        consume, shard, store, publisher = self.app.consume_message, self.shard, self.store, self.publisher
         steps = 0
         while steps < limit and (channel := txn.channel) is not None:
-            if sequencer.dequeued is None:
-                if not channel._len or ((barrier := txn.barrier) is not None and barrier.done()):
-                    break  # To wait, to commit, or to resolve the barrier: txn_step's part.
+            if sequencer.dequeued is not None:
+                steps += 1
+                tick = self.timer.poll()
+                if tick is not None:
+                    self.txn_tick(txn, tick)
+                else:
+                    await self.txn_consume(txn)
+                continue
+            if not channel._len or ((barrier := txn.barrier) is not None and barrier.done()):
+                break  # To wait, to commit, or to resolve the barrier: txn_step's part.
+            items = channel.take(limit - steps)
+            try:
+                steps += await self._txn_read_run(txn, prev, items, limit - steps)
+            finally:
+                if items:
+                    channel.put_back(items)
+        return steps
+
+    async def _txn_read_run(self, txn: Transaction, prev: Transaction, items: list[Any], limit: int) -> int:
+        """txn_steps_ready's steps over `items`, taken from the channel: read each (with the timer
+        polled first), and consume it in the same pass when the sequencer commits it alone (the
+        usual message); otherwise, and at a tick or the transaction's first message, stop for
+        txn_steps_ready to go on. Each item read is removed from `items`; the rest go back."""
+        dequeue_lone, poll_timer = self.sequencer.dequeue_lone, self.timer.poll
+        consume, shard, store, publisher = self.app.consume_message, self.shard, self.store, self.publisher
+        steps = read = 0
+        try:
+            for item in items:
+                if steps == limit or ((barrier := txn.barrier) is not None and barrier.done()):
+                    break
                 steps += 1
                 tick = poll_timer()
                 if tick is not None:
                     self.txn_tick(txn, tick)
-                    continue
-                item = channel.poll()
-                if type(item) is not Envelope:
+                    break
+                read += 1
+                if type(item) is not Envelope or not dequeue_lone(item):
+                    # Anything but the usual message: txn_read's, in full.
                     if self.txn_read_sync(txn, prev, item):
                         await self.txn_replay()
-                    continue
-                outcome = sequencer.queue_uncommitted(item)
-                if outcome is not _OUTSIDE_COMMIT:
-                    if self.txn_sequenced(txn, prev, item, outcome):
-                        await self.txn_replay()
-                    continue
-                self.txn_step_sequencer()  # txn_sequenced's usual case, inline.
+                    break
                 if not txn.consumed_count or steps == limit:
-                    continue  # The transaction's first message is txn_consume's part, next.
-                # A message past the transaction's first is consumed at once, as the next step:
-                # nothing was awaited since the timer was polled, so it cannot have fired since.
-            else:
-                tick = poll_timer()
-                if tick is not None:
-                    steps += 1
-                    self.txn_tick(txn, tick)
-                    continue
-                if not txn.consumed_count:
-                    steps += 1
-                    await self.txn_consume(txn)
-                    continue
-            # txn_consume past the transaction's first message, inline (a coroutine less).
-            steps += 1
-            env = sequencer.dequeued
-            assert env is not None
-            try:
-                await consume(shard, store, env, publisher)
-            except Exception as e:
-                self.txn_consume_failed(txn, e)
-            else:
-                self.txn_consumed(txn, env)
+                    break  # The transaction's first message is txn_consume's part, next.
+                # Consumed at once, as the next step: nothing was awaited since the timer was
+                # polled, so it cannot have fired since (txn_consume less its first-message part).
+                steps += 1
+                try:
+                    await consume(shard, store, item, publisher)
+                except Exception as e:
+                    self.txn_consume_failed(txn, e)
+                    break
+                self.txn_consumed(txn, item)
+                if txn.channel is None:
+                    break
+        finally:
+            del items[:read]
         return steps
 
     def txn_blocks(self, txn: Transaction) -> bool:

@@ -158,9 +158,8 @@ class Sequencer:
         # of a zero clock must not un-pend a real producer's).
         self._pending: dict[int, PartialSeq] = {}
         self._emit: PartialSeq | None = None
-        # The envelope of a ready OUTSIDE_COMMIT sequence of one (held outside the ring), and its clock.
+        # The envelope of a ready OUTSIDE_COMMIT sequence of one, held outside the ring for step().
         self._lone: Envelope[Any] | None = None
-        self._lone_clock = 0
         self._replay_it: Iterator[Envelope[Any]] | None = None
         self._capacity = max(buffer, 1)
         self._ring: list[Envelope[Any] | None] = []
@@ -173,6 +172,45 @@ class Sequencer:
         """A copy of the read-through offsets: where to resume reading each journal."""
         return dict(self._offsets)
 
+    def dequeue_lone(self, env: Envelope[Any]) -> bool:
+        """`queue_uncommitted(env)` then `step()`, in one, for the usual envelope: an OUTSIDE_COMMIT
+        of a producer with no open span, a committed sequence of one never put in the ring.
+
+        True: `dequeued` is `env`, as after that queue_uncommitted and step(); call step() once it
+        is processed. False: nothing changed (any other envelope, or committed messages remain
+        to dequeue): call queue_uncommitted.
+        """
+        if self._emit is not None:
+            return False
+        # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
+        # inline: this runs once per message read.
+        u = env.uuid.int
+        clock = (
+            ((u >> 96) & 0xFFFFFFFF) << 4 | ((u >> 80) & 0xFFFF) << 36 | ((u >> 64) & 0xFFFF) << 52 | (u >> 58) & 0xF
+        ) & CLOCK_MASK
+        if (u >> 48) & FLAGS_MASK != _OUTSIDE_TXN or clock == 0:
+            return False
+        key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
+        partial = self._partials.get(key)
+        if partial is None:
+            partial = self._new_partial(key, clock)
+        elif clock <= partial.min_clock or partial.begin != -1:
+            return False
+        # _decide's OUTSIDE_COMMIT, and step() of its sequence of one.
+        partial.begin = env.begin
+        partial.max_clock = clock
+        partial.ring_start = partial.ring_stop = -1
+        self._emit = partial
+        self.dequeued = env
+        self._dequeued_clock = clock
+        self._dequeued_ring_index = -1
+        return True
+
+    def _new_partial(self, key: tuple[str, bytes], clock: int) -> PartialSeq:
+        jp = JournalProducer(*key)
+        partial = self._partials[jp] = PartialSeq(jp, clock - 1, clock - 1)
+        return partial
+
     def queue_uncommitted(self, env: Envelope[Any]) -> QueueOutcome:
         """Apply the next read-uncommitted envelope and say what became of it.
 
@@ -180,13 +218,12 @@ class Sequencer:
         """
         if self._emit is not None:
             raise SequencerStateError("committed messages remain to dequeue", journal=env.journal, offset=env.begin)
-        # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
-        # inline: this runs once per message read.
+        if self.dequeue_lone(env):
+            self._lone, self.dequeued = env, None  # For step() to hand out.
+            return _OUTSIDE_COMMIT
         u = env.uuid.int
         key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
-        clock = (
-            ((u >> 96) & 0xFFFFFFFF) << 4 | ((u >> 80) & 0xFFFF) << 36 | ((u >> 64) & 0xFFFF) << 52 | (u >> 58) & 0xF
-        ) & CLOCK_MASK
+        clock = get_clock(env.uuid)
         flags = (u >> 48) & FLAGS_MASK
         uuid_clock = clock  # As the ring keeps it for step(), even when overridden below.
         partial = self._partials.get(key)
@@ -196,21 +233,7 @@ class Sequencer:
             partial = PartialSeq(JournalProducer(*key), 0, 0)
             flags, clock = _OUTSIDE_TXN, 1
         elif partial is None:
-            jp = JournalProducer(*key)
-            partial = PartialSeq(jp, clock - 1, clock - 1)
-            self._partials[jp] = partial
-
-        if flags == _OUTSIDE_TXN and clock > partial.min_clock and partial.begin == -1:
-            # OUTSIDE_COMMIT of a producer with no open span (so with no ring entries), the usual
-            # case: _decide's outcome, inline. The sequence is this one envelope, which step()
-            # dequeues straight from _lone rather than through the ring.
-            partial.begin = env.begin
-            partial.max_clock = clock
-            partial.ring_start = partial.ring_stop = -1
-            self._lone = env
-            self._lone_clock = uuid_clock
-            self._emit = partial
-            return _OUTSIDE_COMMIT
+            partial = self._new_partial(key, clock)
 
         ring = self._ring
         if len(ring) < self._capacity or ring[self._head] is not None:
@@ -305,12 +328,9 @@ class Sequencer:
             return False
         lone = self._lone
         if lone is not None:
-            # An OUTSIDE_COMMIT sequence of one, never in the ring: its clock lies in
-            # (min_clock, max_clock] and emit.begin is its offset, by construction.
+            # An OUTSIDE_COMMIT sequence of one, never in the ring (dequeue_lone's, queued).
             self._lone = None
             self.dequeued = lone
-            self._dequeued_clock = self._lone_clock
-            self._dequeued_ring_index = -1
             return True
         ring = self._ring
         if self.dequeued is None:

@@ -38,6 +38,7 @@ from consumer.protocol import pb as cpb
 from consumer.store import OpFuture
 from consumer.transaction import (
     CLOSED,
+    EMPTY,
     ChannelClosed,
     LoopTimer,
     MessageChannel,
@@ -1028,6 +1029,30 @@ async def test_message_channel_takes_lists_whole() -> None:
     assert ch.poll() is CLOSED
     with pytest.raises(ChannelClosed):
         await ch.send_all(errors[:1])
+
+
+async def test_message_channel_take_and_put_back() -> None:
+    ch = MessageChannel(4)
+    errors = [OSError(str(i)) for i in range(7)]
+    first, second = errors[:3], errors[3:]
+    await ch.send_all(first)
+    await ch.send_all(second)
+    assert len(ch) == 7 and not ch._writable.is_set()
+    taken = ch.take(10)
+    assert taken is first  # A whole list the channel owns is handed on, not copied.
+    assert len(ch) == 4 and not ch._writable.is_set()
+    part = ch.take(2)
+    assert part == errors[3:5] and len(ch) == 2 and ch._writable.is_set()  # Below capacity: room.
+    ch.put_back(part[1:])  # The item not processed goes back to the front.
+    assert len(ch) == 3 and ch._readable.is_set()
+    rest = ch.take(10)
+    assert rest == errors[4:] and len(ch) == 0 and not ch._readable.is_set()
+    ch.put_back(rest)
+    assert len(ch) == 3 and ch._writable.is_set() and ch._readable.is_set()
+    assert [ch.poll() for _ in range(4)] == [*errors[4:], EMPTY]
+    assert ch.take(10) == [] and ch.take(0) == []
+    ch.close()
+    assert ch.take(10) == [] and ch.poll() is CLOSED
 
 
 async def test_published_messages_linger_until_their_transaction_commits(tf: Fixture, broker: BrokerProcess) -> None:

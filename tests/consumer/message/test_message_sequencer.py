@@ -718,3 +718,46 @@ def test_self_committed_messages_take_no_ring_slot() -> None:
     assert queue(seq, ack) == [Q.ACK_COMMIT_RING]  # Not ACK_COMMIT_REPLAY: a1 was not evicted.
     expect_deque(seq, a1, a2, ack)
     assert seq.offsets == {JOURNAL: ack.end}
+
+
+def test_dequeue_lone_is_queue_then_step_for_a_self_committed_message() -> None:
+    # The same envelopes through queue_uncommitted + step(), and through dequeue_lone where it
+    # applies: the same dequeued envelopes, offsets and checkpointed producer states.
+    generate = envelope_generator()
+    A, B = new_producer_id(), new_producer_id()
+    envs = [
+        generate(A, 1, OUT),  # A producer seen for the first time.
+        generate(A, 2, OUT),
+        generate(A, 2, OUT),  # A duplicate: not dequeue_lone's.
+        generate(B, 1, CONT),  # Opens a span of B: not dequeue_lone's.
+        generate(A, 3, OUT),
+        generate(B, 2, OUT),  # B has an open span: not dequeue_lone's (it clobbers the span).
+        zero_uuid(generate(A, 9, OUT)),  # A zero clock: not dequeue_lone's.
+        generate(A, 4, OUT),
+    ]
+    lone = {0, 1, 4, 7}
+    slow, fast = Sequencer(None, (), 4), Sequencer(None, (), 4)
+    for i, env in enumerate(envs):
+        seen_slow = []
+        if seq_commits := slow.queue_uncommitted(env).commits:
+            while slow.step():
+                seen_slow.append(slow.dequeued)
+        assert fast.dequeue_lone(env) is (i in lone), i
+        seen_fast = []
+        if i in lone:
+            seen_fast.append(fast.dequeued)
+            assert not fast.step()
+        elif fast.queue_uncommitted(env).commits:
+            while fast.step():
+                seen_fast.append(fast.dequeued)
+        assert seen_fast == seen_slow == ([env] if seq_commits else []), i
+        assert fast.offsets == slow.offsets, i
+        assert by_producer(fast.checkpoint(0)[1]) == by_producer(slow.checkpoint(0)[1]), i
+
+    # Nothing changes when it declines: here, a sequence is still being dequeued.
+    a5 = generate(A, 5, OUT)
+    assert fast.dequeue_lone(a5) and fast.dequeued is a5
+    assert not fast.dequeue_lone(generate(A, 6, OUT))
+    assert fast.dequeued is a5
+    with pytest.raises(SequencerStateError):
+        fast.queue_uncommitted(generate(A, 6, OUT))
