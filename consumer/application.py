@@ -7,7 +7,9 @@
 - `new_message(spec)`: an empty message to decode a source journal's content into.
 - `consume_message(shard, store, envelope, publisher)`: apply one read-committed message to the
   store's transaction, publishing any derived messages with `publisher` (their ACKs follow the
-  commit). Raise `DeferToNextTransaction` to end the transaction before this message.
+  commit). Raise `DeferToNextTransaction` to end the transaction before this message. It may
+  also be a plain function (`def`, as Gazette's ConsumeMessage is), called without a coroutine:
+  a third of a microsecond less per message, for a handler that never awaits.
 - `finalize_txn(shard, store, publisher)`: the transaction is about to commit.
 
 Optional (`BeginFinisher`): `begin_txn(shard, store)` before a transaction's first message, and
@@ -24,6 +26,7 @@ process's start.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -47,9 +50,9 @@ class Application(Protocol):
 
     def new_message(self, spec: pb.JournalSpec) -> Message: ...
 
-    async def consume_message(
+    def consume_message(
         self, shard: Shard, store: Store, envelope: Envelope[Any], publisher: Publisher
-    ) -> None: ...
+    ) -> Awaitable[None] | None: ...  # `async def`, or a plain `def`.
 
     async def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None: ...
 

@@ -699,7 +699,8 @@ class Transactions:
                 # polled, so it cannot have fired since (txn_consume less its first-message part).
                 steps += 1
                 try:
-                    await consume(shard, store, item, publisher)
+                    if (pending := consume(shard, store, item, publisher)) is not None:
+                        await pending  # A coroutine: consume_message is `async def`.
                 except Exception as e:
                     self.txn_consume_failed(txn, e)
                     break
@@ -874,7 +875,8 @@ class Transactions:
             self.publisher.clock.update(txn.began_at + self.publish_clock_delta_ns)
 
         try:
-            await self.app.consume_message(self.shard, self.store, env, self.publisher)
+            if (pending := self.app.consume_message(self.shard, self.store, env, self.publisher)) is not None:
+                await pending  # A coroutine: consume_message is `async def`.
         except Exception as e:
             self.txn_consume_failed(txn, e)
         else:

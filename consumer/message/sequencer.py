@@ -26,7 +26,7 @@ from typing import Any
 
 from consumer.message.envelope import Envelope, JournalProducer, ProducerState
 from consumer.message.errors import ReplayError, SequencerStateError
-from consumer.message.uuid import CLOCK_MASK, FLAGS_MASK, Flags, flags_string, get_clock, get_flags, get_producer_id
+from consumer.message.uuid import FLAGS_MASK, Flags, flags_string, get_clock, get_flags, get_producer_id
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,11 @@ class Sequencer:
         # The producer, clock and flags of the UUID (as consumer.message.uuid computes them),
         # inline: this runs once per message read.
         u = env.uuid.int
-        clock = (
-            ((u >> 96) & 0xFFFFFFFF) << 4 | ((u >> 80) & 0xFFFF) << 36 | ((u >> 64) & 0xFFFF) << 52 | (u >> 58) & 0xF
-        ) & CLOCK_MASK
-        if (u >> 48) & FLAGS_MASK != _OUTSIDE_TXN or clock == 0:
+        if (u >> 48) & FLAGS_MASK != _OUTSIDE_TXN:
+            return False
+        hi = u >> 64  # Its fields in a 64-bit int (cheaper to shift than the 128-bit one).
+        clock = (hi >> 32) << 4 | ((hi >> 16) & 0xFFFF) << 36 | (hi & 0xFFF) << 52 | (u >> 58) & 0xF
+        if not clock:
             return False
         key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
         partial = self._partials.get(key)

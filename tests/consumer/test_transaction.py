@@ -183,6 +183,9 @@ class EchoApp:
             raise self.begin_error
 
     async def consume_message(self, shard: Any, store: Any, envelope: Envelope[Any], publisher: Publisher) -> None:
+        self.consume(store, envelope, publisher)
+
+    def consume(self, store: Any, envelope: Envelope[Any], publisher: Publisher) -> None:
         if self.consume_error is not None:
             raise self.consume_error
         msg = envelope.message
@@ -197,6 +200,15 @@ class EchoApp:
 
     def finished_txn(self, shard: Any, store: Any, committed: OpFuture) -> None:
         self.finished.append(committed)
+
+
+class PlainEchoApp(EchoApp):
+    """EchoApp with a plain (not `async def`) consume_message, which the loop calls without a coroutine."""
+
+    def consume_message(  # type: ignore[override]
+        self, shard: Any, store: Any, envelope: Envelope[Any], publisher: Publisher
+    ) -> None:
+        self.consume(store, envelope, publisher)
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -842,6 +854,37 @@ async def test_run_txns_app_error_cases(tf: Fixture) -> None:
             assert finished.done() and finished.exception() is info.value
         else:
             assert tf.app.finished == []
+
+
+async def test_a_plain_consume_message_is_called_without_a_coroutine(tf: Fixture) -> None:
+    # Several messages, so that both the transaction's first (txn_consume) and those after it
+    # (the loop's own path) go to the plain function; its errors fail the transaction alike.
+    app = PlainEchoApp(tf.echo_out)
+    for i in range(3):
+        tf.pub.publish_committed(tf.to_source, TestMessage(Key=f"k{i}", Value=str(i)))
+    end = (await tf.pub.publish_committed(tf.to_source, TestMessage(Key="k3", Value="3"))).commit.end
+
+    async def close_when_read() -> None:
+        await tf.progress.wait_for({tf.source_a: end})
+        tf.channel.close()
+
+    m = tf.machine
+    machine = Transactions(tf.shard, app, tf.store, m.sequencer, m.publisher, LoopTimer(), tf.progress)
+    closer = asyncio.ensure_future(close_when_read())
+    try:
+        async with asyncio.timeout(STEP_TIMEOUT):
+            await machine.run(cpb.Checkpoint(), tf.channel)
+    finally:
+        closer.cancel()
+    assert tf.store.state == {f"k{i}": str(i) for i in range(4)}
+
+    app.consume_error = RuntimeError("plain error")
+    channel = MessageChannel(4)
+    await channel.send_all([self_committed(tf.source_a, 10, new_producer_id())])
+    with pytest.raises(TransactionError, match=r"^app.ConsumeMessage: plain error$"):
+        async with asyncio.timeout(STEP_TIMEOUT):
+            await Transactions(tf.shard, app, MemoryStore(), Sequencer({}, buffer=12), m.publisher, LoopTimer(),
+                               tf.progress).run(cpb.Checkpoint(), channel)
 
 
 # --- further cases of the digest ----------------------------------------------------------------
