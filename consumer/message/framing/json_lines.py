@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import enum
 import json
 import re
 import types
 import typing
-from collections.abc import MutableMapping
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, MutableMapping
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from broker.protocol import labels as lbl
@@ -107,21 +106,10 @@ class JSONFraming(Framing):
     def unmarshal(self, frame: Frame | bytes, message: T) -> T:
         data = frame.data if isinstance(frame, Frame) else frame
         try:
-            kind = _message_kind(type(message))
-            if kind is _Kind.UNMARSHALER:
-                message.unmarshal_json(data.rstrip(b"\n"))  # type: ignore[attr-defined]
-                return message
-            # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
-            value = _decode_json(data.decode("utf-8", errors="replace"))
-            if kind is _Kind.DATACLASS:
-                _decode_dataclass(value, message)
-            elif kind is _Kind.MAPPING:
-                if not isinstance(value, dict):
-                    raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
-                message.clear()  # type: ignore[attr-defined]
-                message.update(value)  # type: ignore[attr-defined]
-            else:
-                raise TypeError(f"{type(message).__name__} is not a dataclass, a mapping or a JSONUnmarshaler")
+            decode = _decoders.get(type(message))
+            if decode is None:
+                decode = _decoders[type(message)] = _decoder_for(type(message))
+            decode(data, message)
         except Exception as e:
             raise self._decode_error(frame, e) from e
         return message
@@ -148,17 +136,6 @@ def _decode_json(text: str) -> object:
     return _DECODER.decode(text)
 
 
-class _Kind(enum.Enum):
-    UNMARSHALER = "unmarshaler"
-    MAPPING = "mapping"
-    DATACLASS = "dataclass"
-    OTHER = "other"
-
-
-_kinds: dict[type, _Kind] = {}
-_marshalers: dict[type, bool] = {}
-
-
 def _is_marshaler(cls: type) -> bool:
     """Whether messages of `cls` encode themselves, decided once per class."""
     found = _marshalers.get(cls)
@@ -167,20 +144,39 @@ def _is_marshaler(cls: type) -> bool:
     return found
 
 
-def _message_kind(cls: type) -> _Kind:
+_marshalers: dict[type, bool] = {}
+
+_Decode = Callable[[bytes, Any], None]
+_decoders: dict[type, _Decode] = {}
+"""How a frame's bytes decode into a message, by the message's class."""
+
+
+def _decoder_for(cls: type) -> _Decode:
     """How messages of `cls` decode, decided once per class (runtime Protocol checks are slow)."""
-    kind = _kinds.get(cls)
-    if kind is None:
-        if issubclass(cls, JSONUnmarshaler):
-            kind = _Kind.UNMARSHALER
-        elif issubclass(cls, MutableMapping):
-            kind = _Kind.MAPPING
-        elif dataclasses.is_dataclass(cls):
-            kind = _Kind.DATACLASS
-        else:
-            kind = _Kind.OTHER
-        _kinds[cls] = kind
-    return kind
+    if issubclass(cls, JSONUnmarshaler):
+        return _decode_self
+    if issubclass(cls, MutableMapping):
+        return _decode_mapping
+    if dataclasses.is_dataclass(cls):
+        return _dataclass_decoder(cls)
+    return _decode_other
+
+
+def _decode_self(data: bytes, message: Any) -> None:
+    message.unmarshal_json(data.rstrip(b"\n"))
+
+
+def _decode_mapping(data: bytes, message: Any) -> None:
+    value = _decode_json(data.decode("utf-8", errors="replace"))
+    if not isinstance(value, dict):
+        raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
+    message.clear()
+    message.update(value)
+
+
+def _decode_other(data: bytes, message: Any) -> None:
+    _decode_json(data.decode("utf-8", errors="replace"))  # Its error first, if it has one.
+    raise TypeError(f"{type(message).__name__} is not a dataclass, a mapping or a JSONUnmarshaler")
 
 
 def _json_kind(value: object) -> str:
@@ -195,20 +191,32 @@ def _json_kind(value: object) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-_layouts: dict[type, tuple[dict[str, tuple[str, bool]], dict[str, tuple[str, bool]]]] = {}
+def _dataclass_decoder(cls: type) -> _Decode:
+    """Decodes a JSON object into a dataclass by matching its keys to field names (exactly, else
+    case-insensitively, as Go does), parsing UUID-typed fields from text, ignoring unknown keys."""
+    names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+    hints = typing.get_type_hints(cls)
+    fields = {n: (n, _is_uuid_type(hints.get(n))) for n in names}
+    # The first declared field wins among names that differ only in case, as in Go.
+    exact, by_lower = fields.get, {n.lower(): fields[n] for n in reversed(names)}.get
 
+    def decode(data: bytes, message: Any) -> None:
+        # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
+        value = _decode_json(data.decode("utf-8", errors="replace"))
+        if value is None:
+            return  # Go leaves the target untouched for `null`.
+        if type(value) is not dict:
+            raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
+        for key, item in value.items():
+            field = exact(key) or by_lower(key.lower())
+            if field is None:
+                continue
+            name, is_uuid = field
+            if is_uuid and type(item) is str:
+                item = parse_uuid(item)
+            setattr(message, name, item)
 
-def _dataclass_layout(cls: type) -> tuple[dict[str, tuple[str, bool]], dict[str, tuple[str, bool]]]:
-    """Of a dataclass: (field name -> (field name, is UUID-typed), lower-cased name -> the same)."""
-    layout = _layouts.get(cls)
-    if layout is None:
-        names = [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")]
-        hints = typing.get_type_hints(cls)
-        fields = {n: (n, _is_uuid_type(hints.get(n))) for n in names}
-        # The first declared field wins among names that differ only in case, as in Go.
-        layout = (fields, {n.lower(): fields[n] for n in reversed(names)})
-        _layouts[cls] = layout
-    return layout
+    return decode
 
 
 def _is_uuid_type(hint: object) -> bool:
@@ -217,22 +225,6 @@ def _is_uuid_type(hint: object) -> bool:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return UUID in typing.get_args(hint)
     return False
-
-
-def _decode_dataclass(value: object, message: object) -> None:
-    if value is None:
-        return  # Go leaves the target untouched for `null`.
-    if not isinstance(value, dict):
-        raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
-    exact, by_lower = _dataclass_layout(type(message))
-    for key, item in value.items():
-        field = exact.get(key) or by_lower.get(key.lower())
-        if field is None:
-            continue
-        name, is_uuid = field
-        if is_uuid and isinstance(item, str):
-            item = parse_uuid(item)
-        setattr(message, name, item)
 
 
 class LineUnpacker(Unpacker):
