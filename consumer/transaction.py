@@ -225,7 +225,8 @@ class MessageChannel:
         return items
 
     def put_back(self, items: list[Envelope[Any] | Exception]) -> None:
-        """Return the last items `take` gave, unprocessed, to the front of the channel."""
+        """Return the last items the last `take` gave, unprocessed, to the front of the channel
+        (with no take or poll between)."""
         if not items:
             return
         if self._pos >= len(items):
@@ -239,6 +240,7 @@ class MessageChannel:
             self._writable.clear()
 
     def _on_taken(self, count: int) -> None:
+        # Only the events this can change.
         size = self._len = self._len - count
         if size == 0 and not self._closed:
             self._readable.clear()
@@ -257,12 +259,7 @@ class MessageChannel:
                 self._pos = 0
             else:
                 self._pos = pos + 1
-            size = self._len = self._len - 1
-            # Only the events this can change (this runs once per message).
-            if size == 0 and not self._closed:
-                self._readable.clear()
-            if size == self.capacity - 1:
-                self._writable.set()
+            self._on_taken(1)
             return item
         return CLOSED if self._closed else EMPTY
 
@@ -1040,7 +1037,6 @@ class _Event(enum.Enum):
 # Module-level aliases: an enum member looked up on its class costs more than the comparison.
 _TICK, _BARRIER, _READ = _Event.TICK, _Event.BARRIER, _Event.READ
 _CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
-_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
 _CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
 
 

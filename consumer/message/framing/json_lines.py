@@ -124,9 +124,10 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _scan_once = _DECODER.scan_once  # type: ignore[attr-defined]  # Set by JSONDecoder.__init__, untyped.
 
 
-def _decode_json(text: str) -> object:
-    """One JSON document: `text` as a frame holds it (`{...}\\n`) straight through the decoder's
-    scanner, anything else (leading space, trailing garbage, an error) through `decode`."""
+def _decode_json(data: bytes) -> object:
+    """The JSON document of a frame's `data`: as a frame holds it (`{...}\\n`) straight through the
+    decoder's scanner, anything else (leading space, trailing garbage, an error) through `decode`."""
+    text = data.decode("utf-8", errors="replace")  # Go substitutes U+FFFD for invalid UTF-8.
     try:
         value, end = _scan_once(text, 0)
     except StopIteration:
@@ -167,7 +168,7 @@ def _decode_self(data: bytes, message: Any) -> None:
 
 
 def _decode_mapping(data: bytes, message: Any) -> None:
-    value = _decode_json(data.decode("utf-8", errors="replace"))
+    value = _decode_json(data)
     if not isinstance(value, dict):
         raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
     message.clear()
@@ -175,7 +176,7 @@ def _decode_mapping(data: bytes, message: Any) -> None:
 
 
 def _decode_other(data: bytes, message: Any) -> None:
-    _decode_json(data.decode("utf-8", errors="replace"))  # Its error first, if it has one.
+    _decode_json(data)  # Its error first, if it has one.
     raise TypeError(f"{type(message).__name__} is not a dataclass, a mapping or a JSONUnmarshaler")
 
 
@@ -201,8 +202,7 @@ def _dataclass_decoder(cls: type) -> _Decode:
     exact, by_lower = fields.get, {n.lower(): fields[n] for n in reversed(names)}.get
 
     def decode(data: bytes, message: Any) -> None:
-        # Go substitutes U+FFFD for invalid UTF-8 rather than failing.
-        value = _decode_json(data.decode("utf-8", errors="replace"))
+        value = _decode_json(data)
         if value is None:
             return  # Go leaves the target untouched for `null`.
         if type(value) is not dict:
