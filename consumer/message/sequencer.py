@@ -131,6 +131,11 @@ class PartialSeq:
         self.begin = self.ring_start = self.ring_stop = -1
 
 
+def _key(jp: JournalProducer) -> tuple[str, int]:
+    """The Sequencer's key of a producer within a journal."""
+    return jp.journal, int.from_bytes(jp.producer, "big")
+
+
 class Sequencer:
     """Sequences read-uncommitted envelopes into acknowledged, read-committed ones.
 
@@ -149,9 +154,12 @@ class Sequencer:
         self._dequeued_clock = 0
         self._dequeued_ring_index = -1
         self._offsets: dict[str, int] = dict(offsets or {})
-        # Looked up by plain (journal, producer) tuples, which equal their JournalProducer keys.
-        self._partials: dict[tuple[str, bytes], PartialSeq] = {
-            state.journal_producer: PartialSeq(state.journal_producer, state.last_ack, state.last_ack, state.begin)
+        # By (journal, producer ID as an int): the UUID's low 48 bits, looked up once per message
+        # read without building the ID's bytes.
+        self._partials: dict[tuple[str, int], PartialSeq] = {
+            _key(state.journal_producer): PartialSeq(
+                state.journal_producer, state.last_ack, state.last_ack, state.begin
+            )
             for state in states
         }
         # Sequences begun since the last checkpoint, by identity as in Go (the throwaway sequence
@@ -191,7 +199,7 @@ class Sequencer:
         clock = (hi >> 32) << 4 | ((hi >> 16) & 0xFFFF) << 36 | (hi & 0xFFF) << 52 | (u >> 58) & 0xF
         if not clock:
             return False
-        key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
+        key = (env.journal, u & 0xFFFFFFFFFFFF)
         partial = self._partials.get(key)
         if partial is None:
             partial = self._new_partial(key, clock)
@@ -207,9 +215,9 @@ class Sequencer:
         self._dequeued_ring_index = -1
         return True
 
-    def _new_partial(self, key: tuple[str, bytes], clock: int) -> PartialSeq:
-        jp = JournalProducer(*key)
-        partial = self._partials[jp] = PartialSeq(jp, clock - 1, clock - 1)
+    def _new_partial(self, key: tuple[str, int], clock: int) -> PartialSeq:
+        jp = JournalProducer(key[0], key[1].to_bytes(6, "big"))
+        partial = self._partials[key] = PartialSeq(jp, clock - 1, clock - 1)
         return partial
 
     def queue_uncommitted(self, env: Envelope[Any]) -> QueueOutcome:
@@ -223,7 +231,7 @@ class Sequencer:
             self._lone, self.dequeued = env, None  # For step() to hand out.
             return _OUTSIDE_COMMIT
         u = env.uuid.int
-        key = (env.journal, (u & 0xFFFFFFFFFFFF).to_bytes(6, "big"))
+        key = (env.journal, u & 0xFFFFFFFFFFFF)
         clock = get_clock(env.uuid)
         flags = (u >> 48) & FLAGS_MASK
         uuid_clock = clock  # As the ring keeps it for step(), even when overridden below.
@@ -231,7 +239,7 @@ class Sequencer:
 
         if clock == 0:
             # A zero clock (including the zero UUID) commits at once, untracked.
-            partial = PartialSeq(JournalProducer(*key), 0, 0)
+            partial = PartialSeq(JournalProducer(key[0], key[1].to_bytes(6, "big")), 0, 0)
             flags, clock = _OUTSIDE_TXN, 1
         elif partial is None:
             partial = self._new_partial(key, clock)
@@ -493,7 +501,7 @@ class Sequencer:
         if evicted is None:
             return  # Already empty.
 
-        partial = self._partials.get((evicted.journal, get_producer_id(evicted.uuid)))
+        partial = self._partials.get((evicted.journal, evicted.uuid.int & 0xFFFFFFFFFFFF))
         # The evicted envelope may still start its producer's sequence in the ring.
         if partial is not None and partial.ring_start == self._head:
             only = partial.ring_start == partial.ring_stop

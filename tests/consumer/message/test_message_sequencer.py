@@ -51,6 +51,11 @@ def queue(seq: Sequencer, *envs: Envelope[TestMsg]) -> list[QueueOutcome]:
     return [seq.queue_uncommitted(env) for env in envs]
 
 
+def partials(seq: Sequencer) -> dict[JournalProducer, PartialSeq]:
+    """The Sequencer's producer sequences, by JournalProducer."""
+    return {p.jp: p for p in seq._partials.values()}
+
+
 def expect_deque(seq: Sequencer, *expect: Envelope[TestMsg]) -> None:
     """Dequeue exactly `expect`, checking the bounds tighten as each is processed."""
     for i, env in enumerate(expect):
@@ -67,7 +72,7 @@ def expect_deque(seq: Sequencer, *expect: Envelope[TestMsg]) -> None:
     clock = get_clock(last.uuid)
     if clock != 0:
         # The producer's sequence was cleared, ready for its next one.
-        assert seq._partials[jp] == PartialSeq(jp, clock, clock, -1, -1, -1)
+        assert partials(seq)[jp] == PartialSeq(jp, clock, clock, -1, -1, -1)
     # Reading through the committing envelope is tracked in offsets only now.
     assert seq.offsets[last.journal] == last.end
 
@@ -101,10 +106,10 @@ def test_ring_add_and_evict() -> None:
         assert seq._ring == ring
         assert seq._next == nxt
         assert seq._head == head
-        assert seq._partials == ({jpA: a, jpB: b} if b else {jpA: a})
+        assert partials(seq) == ({jpA: a, jpB: b} if b else {jpA: a})
 
     # The ring starts empty.
-    assert (seq._ring, seq._next, seq._head, seq._partials) == ([], [], 0, {})
+    assert (seq._ring, seq._next, seq._head, partials(seq)) == ([], [], 0, {})
     assert not seq.has_pending()
 
     assert queue(seq, e1) == [Q.CONTINUE_BEGIN_SPAN]
@@ -240,7 +245,7 @@ def test_txn_sequence_cases() -> None:
         Q.ACK_ROLLBACK,
     ]
     assert seq._emit is None  # Nothing to dequeue.
-    assert seq._partials == {
+    assert partials(seq) == {
         jpA: PartialSeq(jpA, 6, 6, -1, -1, -1),
         jpB: PartialSeq(jpB, 0, 2, b1.begin, 1, 1),
     }
@@ -414,7 +419,7 @@ def test_outside_txn_cases(caplog: pytest.LogCaptureFixture) -> None:
     expect_deque(seq, z2)
 
     # The zero UUID's producer is not tracked, but still advances offsets.
-    assert seq._partials == {jpA: PartialSeq(jpA, 7, 7, -1, -1, -1)}
+    assert partials(seq) == {jpA: PartialSeq(jpA, 7, 7, -1, -1, -1)}
     assert seq.offsets == {JOURNAL: z2.end}
 
 
@@ -585,13 +590,13 @@ def test_producer_pruning() -> None:
 
     # A 2000 ns horizon prunes no producer.
     assert by_producer(seq.checkpoint(20 * 100)[1]) == by_producer([state_a, state_b, state_c])
-    assert len(seq._partials) == 3
+    assert len(partials(seq)) == 3
     # 1900 ns prunes A.
     assert by_producer(seq.checkpoint(19 * 100)[1]) == by_producer([state_b, state_c])
-    assert len(seq._partials) == 2
+    assert len(partials(seq)) == 2
     # 1 ns prunes B.
     assert seq.checkpoint(1)[1] == [state_c]
-    assert len(seq._partials) == 1
+    assert len(partials(seq)) == 1
     # A horizon larger than the clocks themselves prunes nothing (Go's uint64 would wrap).
     assert seq.checkpoint(10**15)[1] == [state_c]
 
