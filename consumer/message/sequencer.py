@@ -391,7 +391,9 @@ class Sequencer:
         # envelope, which queue_uncommitted deliberately left unread.
         if self.dequeued is not None:
             self._offsets[emit.jp.journal] = self.dequeued.end
-        emit.reset(emit.min_clock)
+        # emit.reset(emit.min_clock), inline: this runs once per message consumed.
+        emit.max_clock = emit.min_clock
+        emit.begin = emit.ring_start = emit.ring_stop = -1
         if self._pending:
             self._pending.pop(id(emit), None)
         self.dequeued = None
