@@ -663,8 +663,7 @@ class Transactions:
             try:
                 steps += await self._txn_read_run(txn, prev, items, limit - steps)
             finally:
-                if items:
-                    channel.put_back(items)
+                channel.put_back(items)  # What the run left unread (usually nothing).
         return steps
 
     async def _txn_read_run(self, txn: Transaction, prev: Transaction, items: list[Any], limit: int) -> int:

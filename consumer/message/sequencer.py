@@ -26,7 +26,16 @@ from typing import Any
 
 from consumer.message.envelope import Envelope, JournalProducer, ProducerState
 from consumer.message.errors import ReplayError, SequencerStateError
-from consumer.message.uuid import FLAGS_MASK, Flags, flags_string, get_clock, get_flags, get_producer_id
+from consumer.message.uuid import (
+    FLAGS_MASK,
+    PRODUCER_ID_LENGTH,
+    PRODUCER_MASK,
+    Flags,
+    flags_string,
+    get_clock,
+    get_flags,
+    get_producer_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +145,11 @@ def _key(jp: JournalProducer) -> tuple[str, int]:
     return jp.journal, int.from_bytes(jp.producer, "big")
 
 
+def _journal_producer(key: tuple[str, int]) -> JournalProducer:
+    """The JournalProducer of a Sequencer's key (`_key`'s inverse)."""
+    return JournalProducer(key[0], key[1].to_bytes(PRODUCER_ID_LENGTH, "big"))
+
+
 class Sequencer:
     """Sequences read-uncommitted envelopes into acknowledged, read-committed ones.
 
@@ -199,7 +213,7 @@ class Sequencer:
         clock = (hi >> 32) << 4 | ((hi >> 16) & 0xFFFF) << 36 | (hi & 0xFFF) << 52 | (u >> 58) & 0xF
         if not clock:
             return False
-        key = (env.journal, u & 0xFFFFFFFFFFFF)
+        key = (env.journal, u & PRODUCER_MASK)
         partial = self._partials.get(key)
         if partial is None:
             partial = self._new_partial(key, clock)
@@ -216,7 +230,7 @@ class Sequencer:
         return True
 
     def _new_partial(self, key: tuple[str, int], clock: int) -> PartialSeq:
-        jp = JournalProducer(key[0], key[1].to_bytes(6, "big"))
+        jp = _journal_producer(key)
         partial = self._partials[key] = PartialSeq(jp, clock - 1, clock - 1)
         return partial
 
@@ -231,7 +245,7 @@ class Sequencer:
             self._lone, self.dequeued = env, None  # For step() to hand out.
             return _OUTSIDE_COMMIT
         u = env.uuid.int
-        key = (env.journal, u & 0xFFFFFFFFFFFF)
+        key = (env.journal, u & PRODUCER_MASK)
         clock = get_clock(env.uuid)
         flags = (u >> 48) & FLAGS_MASK
         uuid_clock = clock  # As the ring keeps it for step(), even when overridden below.
@@ -239,7 +253,7 @@ class Sequencer:
 
         if clock == 0:
             # A zero clock (including the zero UUID) commits at once, untracked.
-            partial = PartialSeq(JournalProducer(key[0], key[1].to_bytes(6, "big")), 0, 0)
+            partial = PartialSeq(_journal_producer(key), 0, 0)
             flags, clock = _OUTSIDE_TXN, 1
         elif partial is None:
             partial = self._new_partial(key, clock)
@@ -503,7 +517,7 @@ class Sequencer:
         if evicted is None:
             return  # Already empty.
 
-        partial = self._partials.get((evicted.journal, evicted.uuid.int & 0xFFFFFFFFFFFF))
+        partial = self._partials.get((evicted.journal, evicted.uuid.int & PRODUCER_MASK))
         # The evicted envelope may still start its producer's sequence in the ring.
         if partial is not None and partial.ring_start == self._head:
             only = partial.ring_start == partial.ring_stop

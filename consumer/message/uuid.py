@@ -26,6 +26,8 @@ ProducerID = bytes
 """The 6-byte node field of a message UUID, naming the producer that published it."""
 
 PRODUCER_ID_LENGTH = 6
+PRODUCER_MASK = (1 << 48) - 1
+"""The producer ID in a UUID's integer: its 48 low bits (the node field)."""
 FLAGS_MASK = 0x3FF
 """Flags occupy the 10 low bits of the clock sequence."""
 CLOCK_MASK = (1 << 64) - 1
@@ -94,7 +96,7 @@ def build_uuid(producer: ProducerID, clock: int, flags: int) -> uuid.UUID:
 
 def get_producer_id(u: uuid.UUID) -> ProducerID:
     """The 6-byte node field of `u`."""
-    return (u.int & _NODE_MASK).to_bytes(6, "big")
+    return (u.int & PRODUCER_MASK).to_bytes(PRODUCER_ID_LENGTH, "big")
 
 
 def get_clock(u: uuid.UUID) -> int:
@@ -114,7 +116,6 @@ def get_flags(u: uuid.UUID) -> int:
     return (u.int >> 48) & FLAGS_MASK
 
 
-_NODE_MASK = (1 << 48) - 1
 _new_object = object.__new__
 # The setters of UUID's two slots, which UUID.__init__ fills (its own __setattr__ refuses).
 _set_int = uuid.UUID.__dict__["int"].__set__
