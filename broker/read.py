@@ -35,7 +35,9 @@ async def serve_read(
     offset = req.offset
     first = True
     while True:
-        result = await replica.index.query(offset, req.block, req.begin_mod_time)
+        result = await replica.index.query(
+            offset, req.block, req.begin_mod_time, spool_begin=replica.spool.fragment.begin
+        )
         resp = pb.ReadResponse(status=result.status, offset=result.offset, write_head=result.write_head)
         if first:
             resp.header.CopyFrom(header)

@@ -38,7 +38,7 @@ class Replica:
     ) -> None:
         self.journal = journal
         self.spec = spec
-        self.index = Index()
+        self.index = Index(journal, on_gap=self.request_refresh)
         self.lock = asyncio.Lock()
         self.pipeline: Pipeline | None = None
         self._persister = persister

@@ -33,9 +33,11 @@ class BrokerProcess:
     """One `gazette serve` child process, its port and its logs."""
 
     def __init__(
-        self, tmp: Path, etcd: str | None, prefix: str, *extra: str, broker_id: str = "", port: int | None = None
+        self, tmp: Path, etcd: str | None, prefix: str, *extra: str, broker_id: str = "", port: int | None = None,
+        clock_offset: float = 0.0,
     ) -> None:
         # `port` restarts a broker where a stopped one listened, so clients find it again.
+        # `clock_offset` shifts the broker's wall clock by that many seconds (tests/clock_shift.py).
         self.port = port or free_port()
         self.state_dir = tmp / f"broker-{self.port}"
         restart = 1
@@ -47,8 +49,9 @@ class BrokerProcess:
         self.broker_id = broker_id or f"broker-{self.port}"
         self.file_root = Path(extra[extra.index("--broker.file-root") + 1]) if "--broker.file-root" in extra else None
         """The root of the broker's `file://` store, if it has one."""
+        launcher = [str(Path(__file__).with_name("clock_shift.py")), str(clock_offset)] if clock_offset else ["-m"]
         args = [
-            sys.executable, "-m", "broker", "serve",
+            sys.executable, *launcher, "broker", "serve",
             "--broker.port", str(self.port), "--broker.host", "127.0.0.1", "--broker.bind", "127.0.0.1",
             "--broker.id", self.broker_id, "--broker.state-dir", str(self.state_dir),
             "--etcd.prefix", prefix, "--log.level", "debug", *extra,

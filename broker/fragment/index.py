@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,10 @@ from broker.protocol import pb
 
 OFFSET_JUMP_AGE = 6 * 3600
 """Seconds since persisting after which a read of a missing offset may jump to the next fragment."""
+GAP_RECHECK = 1.0
+"""Seconds a query blocked on a gap below the index's end waits before asking for another store
+listing (doubling each time, up to GAP_RECHECK_MAX): the upload that fills it may be in flight."""
+GAP_RECHECK_MAX = 60.0
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,16 @@ class Index:
     fragments stay until a listing covers them, so reads never wait on a persist.
     """
 
-    def __init__(self, journal: str = "", *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, journal: str = "", *, clock: Callable[[], float] = time.time, on_gap: Callable[[], None] | None = None
+    ) -> None:
         self.journal = journal
         self.first_refresh = asyncio.Event()
         """Set by the first replace_remote; a journal without stores calls it at once."""
+        self.on_gap = on_gap
+        """Called when a blocking query waits on a gap below the index's end, which only a store
+        listing can fill (e.g. a peer persisted content this replica never held): the replica
+        lists its stores then, rather than at its next refresh_interval."""
         self._clock = clock
         self._set = CoverSet()  # Local and remote fragments.
         self._local = CoverSet()  # Local fragments not yet covered by a listing.
@@ -101,15 +112,17 @@ class Index:
         """Return a snapshot of all fragments, ordered by offset."""
         return list(self._set)
 
-    async def query(self, offset: int, block: bool, begin_mod_time: int = 0) -> QueryResult:
+    async def query(self, offset: int, block: bool, begin_mod_time: int = 0, *, spool_begin: int = 0) -> QueryResult:
         """Find the fragment to read `offset` from (-1 means the write head).
 
         A missing offset jumps to the next persisted fragment when the read started at offset 0
         or that fragment was persisted over 6 hours ago; a fresher gap may be an upload still in
         flight, so the read waits for it instead. Persisted fragments modified before
         `begin_mod_time` are skipped. With nothing to serve, a non-blocking query answers
-        OFFSET_NOT_YET_AVAILABLE and a blocking one waits for the next change. Queries wait for
-        the first store listing.
+        OFFSET_NOT_YET_AVAILABLE and a blocking one waits for the next change; on a gap below the
+        index's end, or below `spool_begin` (where the replica's spool begins: the journal has
+        content before it, though the index may not cover it yet), it calls `on_gap` now and again
+        while it waits (see GAP_RECHECK). Queries wait for the first store listing.
         """
         # Until the stores are first listed, the index cannot tell what exists.
         while not self.first_refresh.is_set() and not self._closed:
@@ -117,6 +130,9 @@ class Index:
         requested = offset
         if offset == -1:
             offset = self._set.end_offset()
+        recheck = GAP_RECHECK
+        loop = asyncio.get_running_loop()
+        next_report = 0.0
 
         while True:
             frags = self._set
@@ -139,6 +155,15 @@ class Index:
 
             if not block or self._closed:
                 return QueryResult(pb.OFFSET_NOT_YET_AVAILABLE, offset, frags.end_offset(), closed=self._closed)
+            if offset < max(frags.end_offset(), spool_begin) and self.on_gap is not None:
+                # A gap that only a store listing can fill: ask for one now, and again (backing
+                # off) while it stays.
+                if loop.time() >= next_report:
+                    self.on_gap()
+                    next_report, recheck = loop.time() + recheck, min(2 * recheck, GAP_RECHECK_MAX)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wait_for_change(), next_report - loop.time())
+                continue
             await self.wait_for_change()
 
     async def wait_for_change(self, since: int | None = None) -> int:

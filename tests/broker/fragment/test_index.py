@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from broker.fragment import OFFSET_JUMP_AGE, CoverSet, Fragment, Index, SpoolFile
+from broker.fragment import index as index_module
 from broker.protocol import pb
 
 BASE_TIME = 1_500_000_000
@@ -150,6 +151,47 @@ async def test_query_at_missing_middle() -> None:
     assert r.fragment is not None and r.fragment.mod_time == BASE_TIME
 
     assert (await ind.query(250, block=False)).status == pb.OK
+
+
+async def test_a_query_blocked_on_a_gap_asks_for_listings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gap below the index's end (e.g. a peer persisted what this replica never held) is filled
+    only by a store listing: the blocked query asks for one at once, then again, backing off."""
+    monkeypatch.setattr(index_module, "GAP_RECHECK", 0.1)
+    asked: list[float] = []
+    ind = Index(on_gap=lambda: asked.append(asyncio.get_running_loop().time()))
+    ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
+    ind.spool_commit(frag(300, 400))
+
+    # At or past the end, only an append can serve it: no listing is asked for.
+    head = asyncio.create_task(ind.query(400, block=True))
+    await asyncio.sleep(0.2)
+    assert not head.done() and asked == []
+
+    task = asyncio.create_task(ind.query(100, block=True))
+    await asyncio.sleep(0)
+    assert len(asked) == 1  # At once.
+    await asyncio.sleep(0.5)  # Asked again 0.1 s later, then 0.2 s later (the next, 0.4 s later).
+    assert len(asked) == 3, asked
+    assert asked[1] - asked[0] >= 0.1 and asked[2] - asked[1] >= 0.2, asked
+    assert not task.done()
+    ind.spool_commit(frag(400, 450))  # A change elsewhere wakes it, within its backoff: not asked again.
+    await asyncio.sleep(0)
+    assert len(asked) == 3 and not task.done()
+
+    ind.replace_remote(cover(frag(100, 300, BASE_TIME)))  # The listing that fills the gap.
+    r = await asyncio.wait_for(task, 1)
+    assert (r.status, r.offset, r.write_head) == (pb.OK, 100, 450)
+    assert (await asyncio.wait_for(head, 1)).status == pb.OK
+
+    # At the index's end, but below where the replica's spool begins (it joined the route there,
+    # and the primary persists what came before): a gap too.
+    asked.clear()
+    joined = asyncio.create_task(ind.query(450, block=True, spool_begin=500))
+    await asyncio.sleep(0)
+    assert len(asked) == 1 and not joined.done()
+    ind.replace_remote(cover(frag(100, 300, BASE_TIME), frag(300, 500, BASE_TIME)))
+    r = await asyncio.wait_for(joined, 1)
+    assert (r.status, r.offset) == (pb.OK, 450)
 
 
 @pytest.mark.parametrize(

@@ -85,9 +85,10 @@ def start_broker(
     """Start brokers sharing one keyspace and file root; each gets a state directory of its own."""
     started: list[BrokerProcess] = []
 
-    def start(broker_id: str = "") -> BrokerProcess:
+    def start(broker_id: str = "", clock_offset: float = 0.0) -> BrokerProcess:
         proc = BrokerProcess(
-            tmp_path, etcd_endpoint, etcd_prefix, "--broker.file-root", str(store.file_root), broker_id=broker_id
+            tmp_path, etcd_endpoint, etcd_prefix, "--broker.file-root", str(store.file_root), broker_id=broker_id,
+            clock_offset=clock_offset,
         )
         started.append(proc)
         return proc.wait_ready()
@@ -358,21 +359,67 @@ def test_persist_waits_out_a_store_outage(store: Store, start_broker: Callable[.
 def test_idle_fragment_rolls_at_flush_interval(store: Store, start_broker: Callable[..., BrokerProcess]) -> None:
     if store.kind != "file":
         pytest.skip("store-independent: the flush is the broker's")
-    broker = start_broker()
+    # Flush windows are aligned to the epoch minute of the broker's wall clock: shifted to read
+    # second 48 of a minute at its start, so that a boundary comes within seconds, not a minute.
+    offset = (48 - time.time()) % 60
+    broker = start_broker(clock_offset=offset)
     spec = _spec(store, pb.NONE, length=1 << 30)
-    spec.fragment.flush_interval.seconds = 60  # The minimum; windows are aligned to the epoch minute.
+    spec.fragment.flush_interval.seconds = 60  # The minimum.
     _apply(broker, spec)
     channel, stub = broker.stub()
     with channel:
         first, second = b"first append\n", b"second append, just before a flush boundary\n"
         _append(stub, first)
-        # Append shortly before a minute boundary, so the test waits seconds rather than a minute.
-        while not 52 <= time.time() % 60 < 57:
+        # Append shortly before the broker's next minute boundary.
+        while not 52 <= (time.time() + offset) % 60 < 57:
             time.sleep(0.2)
         _append(stub, second)  # Also rolls the journal's first fragment (the first-write rule).
         _wait_until("the first fragment persists", lambda: _covered(store.objects()) == len(first), 10)
+        if (time.time() + offset) % 60 >= 52:  # The window hasn't ended: nothing rolls it yet.
+            assert _covered(store.objects()) == len(first), "the idle fragment rolled before its window ended"
         # No more appends: the primary's pulse rolls the fragment once its window ends.
         _wait_until("the idle fragment persists", lambda: _covered(store.objects()) == len(first + second), 20)
+
+
+def test_a_new_replica_reads_what_its_peer_persisted_without_waiting_for_a_refresh(
+    store: Store, start_broker: Callable[..., BrokerProcess]
+) -> None:
+    """A broker that joins a journal's route holds none of the content before its spool; what the
+    primary held then, it persists once the route changes. A blocking read of that range on the
+    new replica finds a gap in its index, which only a store listing fills: the replica lists its
+    stores at once rather than at its refresh_interval (10 minutes here)."""
+    if store.kind != "file":
+        pytest.skip("store-independent: the listing is the broker's")
+    first = start_broker()
+    spec = _spec(store, pb.NONE, length=1 << 30)
+    spec.fragment.refresh_interval.seconds = 600
+    _apply(first, spec)
+    persisted, held = b"the journal's first fragment, persisted at once\n", b"held in the first broker's spool\n"
+    channel, stub = first.stub()
+    with channel:
+        _append(stub, persisted)
+        _wait_until("the first fragment persists", lambda: _covered(store.objects()) == len(persisted))
+        _append(stub, held)
+    time.sleep(0.5)
+    assert _covered(store.objects()) == len(persisted)
+
+    second = start_broker()
+    spec.replication = 2
+    _apply(first, spec)
+    channel, stub = second.stub()
+    with channel:
+
+        def members() -> int:
+            [journal] = next(iter(stub.List(pb.ListRequest(selector=pb.LabelSelector())))).journals
+            return len(journal.route.members)
+
+        _wait_until("both brokers serve the journal", lambda: members() == 2)
+        total = len(persisted + held)
+        _wait_until("the first broker persists its spool", lambda: _covered(store.objects()) == total)
+        req = pb.ReadRequest(journal=JOURNAL, offset=len(persisted), end_offset=total, block=True)
+        resps = list(stub.Read(req, timeout=20))
+    assert resps[0].header.process_id.suffix == second.broker_id  # A replica serves reads itself.
+    assert b"".join(r.content for r in resps) == held
 
 
 def test_path_postfix_template(store: Store, start_broker: Callable[..., BrokerProcess]) -> None:
