@@ -12,6 +12,8 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+import orjson
+
 from broker.protocol import labels as lbl
 from consumer.message.errors import EncodeError, FrameTooLargeError
 from consumer.message.framing.base import Frame, Framing, T, Unpacker
@@ -122,11 +124,51 @@ _new_tuple = tuple.__new__  # Frame(...) less its Python-level __new__.
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _scan_once = _DECODER.scan_once  # type: ignore[attr-defined]  # Set by JSONDecoder.__init__, untyped.
+_orjson_loads = orjson.loads
+_OrjsonError = orjson.JSONDecodeError
+_ROUNDED = float(1 << 63)
+"""orjson makes an integer literal outside [-2**63, 2**64) a float of at least this magnitude."""
 
 
 def _decode_json(data: bytes) -> object:
-    """The JSON document of a frame's `data`: as a frame holds it (`{...}\\n`) straight through the
-    decoder's scanner, anything else (leading space, trailing garbage, an error) through `decode`."""
+    """The JSON document of a frame's `data` (`{...}\\n`).
+
+    orjson decodes it at half the standard decoder's cost; what orjson refuses (invalid UTF-8,
+    which Go replaces with U+FFFD; a lone surrogate; an out-of-range float) or would round (an
+    integer beyond 64 bits, which it makes a float) goes to the standard decoder, whose values
+    and errors are the framing's.
+    """
+    try:
+        value = _orjson_loads(data)
+    except _OrjsonError:
+        return _decode_json_stdlib(data)
+    if type(value) is dict:
+        for item in value.values():
+            if type(item) is not str and type(item) is not int and _rounded(item):
+                return _decode_json_stdlib(data)
+    elif _rounded(value):
+        return _decode_json_stdlib(data)
+    return value
+
+
+def _rounded(value: object) -> bool:
+    """Whether an orjson `value` holds a float it made of an integer literal beyond 64 bits."""
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float and item.is_integer() and abs(item) >= _ROUNDED:
+            return True
+    return False
+
+
+def _decode_json_stdlib(data: bytes) -> object:
+    """`data`'s JSON document by the standard decoder: as a frame holds it (`{...}\\n`) straight
+    through its scanner, anything else (leading space, trailing garbage, an error) through `decode`."""
     text = data.decode("utf-8", errors="replace")  # Go substitutes U+FFFD for invalid UTF-8.
     try:
         value, end = _scan_once(text, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import uuid
 from typing import Any
 
@@ -341,6 +342,43 @@ def test_json_decode_into_mappings_and_self_decoding_messages() -> None:
 
     with pytest.raises(EncodeError, match="contains a newline"):
         JSON_FRAMING.marshal(BadRaw())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"n":18446744073709551615,"m":-9223372036854775808,"f":1.5,"e":1e300,"s":"x","t":true,"z":null}\n',
+        b'{"big":18446744073709551616}\n',  # Beyond 64 bits: orjson would make these floats.
+        b'{"neg":-9223372036854775809}\n',
+        b'{"nested":{"a":[1,{"b":123456789012345678901234567890}]}}\n',
+        b'{"list":[12345678901234567890123]}\n',
+        b'{"f":1e19,"g":-1e19,"h":1e400}\n',  # Integral floats beyond 64 bits; one out of range (inf).
+        b'{"s":"\xff\xfe bad UTF-8"}\n',  # U+FFFD for each bad byte, as Go substitutes.
+        b'{"s":"\\ud800 lone surrogate"}\n',
+        b' {"a":1} \r\n',
+        b'{"a":1,"a":2}\n',  # The last duplicate wins.
+    ],
+)
+def test_json_values_are_the_standard_decoders(line: bytes) -> None:
+    """Decoded values are exactly what json.loads makes of the frame's text (orjson is only faster)."""
+    expect = json.loads(line.decode("utf-8", errors="replace"))
+    got = JSON_FRAMING.unmarshal(line, {})
+    assert got == expect and repr(got) == repr(expect)
+
+    @dataclasses.dataclass
+    class AnyFields:
+        n: Any = None
+        big: Any = None
+        neg: Any = None
+        nested: Any = None
+        list: Any = None
+        f: Any = None
+        s: Any = None
+
+    decoded = JSON_FRAMING.unmarshal(line, AnyFields())
+    for name, value in expect.items():
+        if hasattr(decoded, name):
+            assert repr(getattr(decoded, name)) == repr(value), name
 
 
 @pytest.mark.parametrize(
