@@ -26,9 +26,6 @@ log = logging.getLogger(__name__)
 DEFAULT_REFRESH_INTERVAL = 300.0
 # A store that failed to list is retried sooner than a healthy one is re-listed.
 MAX_ERROR_RETRY = 5.0
-MIN_REQUESTED_REFRESH_GAP = 1.0
-"""Seconds a requested listing (after a persist, or for a reader waiting on a gap) waits after the
-previous one: readers blocked on a gap that is not yet uploaded ask again at each wake."""
 DELETE_PROBE_TIMEOUT = 60.0
 
 
@@ -101,9 +98,7 @@ class FragmentPersistence:
 
     async def _refresh_loop(self, replica: Replica) -> None:
         journal = replica.journal
-        loop = asyncio.get_running_loop()
         while not replica.closed:
-            listed_at = loop.time()
             fragment_spec = replica.spec.fragment
             interval = fragment_spec.refresh_interval.ToTimedelta().total_seconds() or DEFAULT_REFRESH_INTERVAL
             replica.refresh_requested.clear()
@@ -120,8 +115,6 @@ class FragmentPersistence:
                 await asyncio.wait_for(replica.refresh_requested.wait(), interval)
             except TimeoutError:
                 pass
-            else:
-                await asyncio.sleep(listed_at + MIN_REQUESTED_REFRESH_GAP - loop.time())
 
     # --- Reads, signed URLs and health ------------------------------------------------------
 

@@ -52,9 +52,9 @@ class Index:
         self.first_refresh = asyncio.Event()
         """Set by the first replace_remote; a journal without stores calls it at once."""
         self.on_gap = on_gap
-        """Called when a blocking query waits on a gap below the index's end, which only a store
-        listing can fill (e.g. a peer persisted content this replica never held): the replica
-        lists its stores then, rather than at its next refresh_interval."""
+        """Called, now and again, while a blocking query waits on a gap that only a store listing
+        can fill (see `query`; e.g. a peer persisted content this replica never held): the
+        replica lists its stores then, rather than at its next refresh_interval."""
         self._clock = clock
         self._set = CoverSet()  # Local and remote fragments.
         self._local = CoverSet()  # Local fragments not yet covered by a listing.
