@@ -35,9 +35,7 @@ async def serve_read(
     offset = req.offset
     first = True
     while True:
-        result = await replica.index.query(
-            offset, req.block, req.begin_mod_time, spool_begin=replica.spool.fragment.begin
-        )
+        result = await replica.index.query(offset, req.block, req.begin_mod_time)
         resp = pb.ReadResponse(status=result.status, offset=result.offset, write_head=result.write_head)
         if first:
             resp.header.CopyFrom(header)

@@ -56,6 +56,9 @@ class Replica:
         if self._persister is not None:
             self._persister(self, f)
 
+    def on_roll(self, offset: int) -> None:
+        self.index.spool_rolled(offset)
+
     def start(self, refresh: Callable[[Replica], asyncio.Task[None]]) -> None:
         """Begin indexing: `refresh` lists the journal's stores now and every refresh_interval."""
         self._tasks.append(refresh(self))

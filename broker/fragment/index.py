@@ -56,6 +56,7 @@ class Index:
         can fill (see `query`; e.g. a peer persisted content this replica never held): the
         replica lists its stores then, rather than at its next refresh_interval."""
         self._clock = clock
+        self._spool_begin = 0  # Where the replica's spool last began anew (spool_rolled).
         self._set = CoverSet()  # Local and remote fragments.
         self._local = CoverSet()  # Local fragments not yet covered by a listing.
         self._changed = asyncio.Event()  # Replaced on every change; set to wake its waiters.
@@ -81,6 +82,13 @@ class Index:
         """Add a committed local fragment, replacing the shorter spool fragment it grew from."""
         self._set.add(f)
         self._local.add(f)
+        self._wake()
+
+    def spool_rolled(self, offset: int) -> None:
+        """The replica's spool begins anew at `offset`: the journal has content before it, which
+        this index may not cover yet. Wakes blocked queries (a read at the index's end may now be
+        waiting on a gap)."""
+        self._spool_begin = offset
         self._wake()
 
     def replace_remote(self, fragments: CoverSet) -> None:
@@ -112,7 +120,7 @@ class Index:
         """Return a snapshot of all fragments, ordered by offset."""
         return list(self._set)
 
-    async def query(self, offset: int, block: bool, begin_mod_time: int = 0, *, spool_begin: int = 0) -> QueryResult:
+    async def query(self, offset: int, block: bool, begin_mod_time: int = 0) -> QueryResult:
         """Find the fragment to read `offset` from (-1 means the write head).
 
         A missing offset jumps to the next persisted fragment when the read started at offset 0
@@ -120,9 +128,8 @@ class Index:
         flight, so the read waits for it instead. Persisted fragments modified before
         `begin_mod_time` are skipped. With nothing to serve, a non-blocking query answers
         OFFSET_NOT_YET_AVAILABLE and a blocking one waits for the next change; on a gap below the
-        index's end, or below `spool_begin` (where the replica's spool begins: the journal has
-        content before it, though the index may not cover it yet), it calls `on_gap` now and again
-        while it waits (see GAP_RECHECK). Queries wait for the first store listing.
+        index's end, or below where the replica's spool began (spool_rolled), it calls `on_gap`
+        now and again while it waits (see GAP_RECHECK). Queries wait for the first store listing.
         """
         # Until the stores are first listed, the index cannot tell what exists.
         while not self.first_refresh.is_set() and not self._closed:
@@ -155,7 +162,7 @@ class Index:
 
             if not block or self._closed:
                 return QueryResult(pb.OFFSET_NOT_YET_AVAILABLE, offset, frags.end_offset(), closed=self._closed)
-            if offset < max(frags.end_offset(), spool_begin) and self.on_gap is not None:
+            if offset < max(frags.end_offset(), self._spool_begin) and self.on_gap is not None:
                 # A gap that only a store listing can fill: ask for one now, and again (backing
                 # off) while it stays.
                 if loop.time() >= next_report:

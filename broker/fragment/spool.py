@@ -31,6 +31,10 @@ class SpoolObserver(Protocol):
         During the call the spool's `first_append_time` and `registers` still describe `f`.
         """
 
+    def on_roll(self, offset: int) -> None:
+        """The spool begins anew at `offset`: the journal has content before it (which this
+        replica may never have held, if it joined the route there)."""
+
 
 class Spool:
     """The fragment a replica is writing: the last commit plus uncommitted content.
@@ -157,6 +161,7 @@ class Spool:
         self._file = None
         self._summer = hashlib.sha1()
         self._committed_summer = hashlib.sha1()
+        self._observer.on_roll(proposal.end)
 
     def _commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
         self.fragment = Fragment(_copy(proposal), self._file)

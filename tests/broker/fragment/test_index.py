@@ -183,10 +183,13 @@ async def test_a_query_blocked_on_a_gap_asks_for_listings(monkeypatch: pytest.Mo
     assert (r.status, r.offset, r.write_head) == (pb.OK, 100, 450)
     assert (await asyncio.wait_for(head, 1)).status == pb.OK
 
-    # At the index's end, but below where the replica's spool begins (it joined the route there,
-    # and the primary persists what came before): a gap too.
+    # At the index's end, until the replica's spool rolls past it (it joined the route there, and
+    # the primary persists what came before): then a gap too.
     asked.clear()
-    joined = asyncio.create_task(ind.query(450, block=True, spool_begin=500))
+    joined = asyncio.create_task(ind.query(450, block=True))
+    await asyncio.sleep(0.2)
+    assert asked == [] and not joined.done()
+    ind.spool_rolled(500)
     await asyncio.sleep(0)
     assert len(asked) == 1 and not joined.done()
     ind.replace_remote(cover(frag(100, 300, BASE_TIME), frag(300, 500, BASE_TIME)))

@@ -27,6 +27,7 @@ class Recorder:
     def __init__(self) -> None:
         self.commits: list[Fragment] = []
         self.completes: list[Fragment] = []
+        self.rolls: list[int] = []
         self.index = Index(JOURNAL)
 
     def on_commit(self, f: Fragment) -> None:
@@ -35,6 +36,9 @@ class Recorder:
 
     def on_complete(self, f: Fragment) -> None:
         self.completes.append(f)
+
+    def on_roll(self, offset: int) -> None:
+        self.rolls.append(offset)
 
 
 def labels(**kv: str) -> pb.LabelSet:
@@ -229,6 +233,7 @@ def test_roll_forward_adopts_registers(tmp_path: Path) -> None:
     assert resp.status == pb.PROPOSAL_MISMATCH
     assert spec_equal(resp.fragment, empty(200)) and resp.registers == labels(a="10")
     assert len(obs.completes) == 1  # The spool at 100 had no content.
+    assert obs.rolls == [100, 200]  # Each roll is told where the spool begins anew.
 
 
 def test_roll_discards_uncommitted_content(tmp_path: Path) -> None:
