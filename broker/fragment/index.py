@@ -15,9 +15,10 @@ from broker.protocol import pb
 OFFSET_JUMP_AGE = 6 * 3600
 """Seconds since persisting after which a read of a missing offset may jump to the next fragment."""
 GAP_RECHECK = 1.0
-"""Seconds a query blocked on a gap below the index's end waits before asking for another store
+"""Seconds a query blocked on a gap (see `Index.query`) waits before asking for another store
 listing (doubling each time, up to GAP_RECHECK_MAX): the upload that fills it may be in flight."""
 GAP_RECHECK_MAX = 60.0
+"""The longest wait between two listings one blocked query asks for."""
 
 
 @dataclass(frozen=True)
