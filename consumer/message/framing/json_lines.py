@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import inspect
 import json
 import re
 import types
@@ -242,6 +243,11 @@ def _dataclass_decoder(cls: type) -> _Decode:
     fields = {n: (n, _is_uuid_type(hints.get(n))) for n in names}
     # The first declared field wins among names that differ only in case, as in Go.
     exact, by_lower = fields.get, {n.lower(): fields[n] for n in reversed(names)}.get
+    uuid_names = tuple(n for n in names if fields[n][1])
+    # An object whose keys are all exact field names (every message a Go or Python publisher
+    # wrote) goes into the instance's __dict__ in one update, where setattr would be the same.
+    in_place = _plain_attributes(cls, names)
+    field_names = frozenset(names)
 
     def decode(data: bytes, message: Any) -> None:
         value = _decode_json(data)
@@ -249,6 +255,13 @@ def _dataclass_decoder(cls: type) -> _Decode:
             return  # Go leaves the target untouched for `null`.
         if type(value) is not dict:
             raise ValueError(f"json: cannot unmarshal {_json_kind(value)} into {type(message).__name__}")
+        if in_place and field_names.issuperset(value):
+            attrs = message.__dict__
+            attrs.update(value)
+            for name in uuid_names:
+                if type(item := attrs[name]) is str and name in value:
+                    attrs[name] = parse_uuid(item)
+            return
         for key, item in value.items():
             field = exact(key) or by_lower(key.lower())
             if field is None:
@@ -259,6 +272,14 @@ def _dataclass_decoder(cls: type) -> _Decode:
             setattr(message, name, item)
 
     return decode
+
+
+def _plain_attributes(cls: type, names: list[str]) -> bool:
+    """Whether setting the fields `names` of a `cls` instance is a plain store into its __dict__
+    (no __slots__, __setattr__ or descriptor intervenes), decided once per class."""
+    if cls.__setattr__ is not object.__setattr__ or "__slots__" in cls.__dict__:
+        return False
+    return not any(hasattr(type(inspect.getattr_static(cls, n, None)), "__set__") for n in names)
 
 
 def _is_uuid_type(hint: object) -> bool:

@@ -320,6 +320,43 @@ def test_json_round_trips_uuid_fields() -> None:
     assert info.value.reason == "invalid UUID length: 4"
 
 
+@dataclasses.dataclass
+class Guarded:
+    """A dataclass whose class sees every assignment (it upper-cases Str): decoding must go through it."""
+
+    UUID: uuid.UUID | None = None
+    Str: str = ""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value.upper() if name == "Str" else value)
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    UUID: uuid.UUID | None = None
+    Str: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    Str: str = ""
+
+
+def test_json_decodes_dataclasses_of_every_kind_alike() -> None:
+    u = uuid.UUID("83fc2f81-cc5f-11e9-9402-010203040506")
+    line = b'{"UUID":"83fc2f81-cc5f-11e9-9402-010203040506","Str":"hello"}\n'
+    # Keys that are all field names; the same with one in another case; a null UUID.
+    plain, folded = JSON_FRAMING.unmarshal(line, TestMsg()), JSON_FRAMING.unmarshal(line.lower(), TestMsg())
+    assert plain == TestMsg(u, "hello") and type(plain.UUID) is uuid.UUID
+    assert folded == TestMsg(u, "hello") and "str" not in folded.__dict__
+    assert JSON_FRAMING.unmarshal(b'{"UUID":null,"Str":"x"}\n', TestMsg(u)) == TestMsg(None, "x")  # type: ignore[arg-type]
+    # A class that intervenes in assignment, or keeps its fields in slots, is assigned field by field.
+    assert JSON_FRAMING.unmarshal(line, Guarded()) == Guarded(u, "HELLO")
+    assert JSON_FRAMING.unmarshal(line, Slotted()) == Slotted(u, "hello")
+    with pytest.raises(DecodeError, match="cannot assign to field 'Str'"):
+        JSON_FRAMING.unmarshal(b'{"Str":"x"}\n', Frozen())
+
+
 def test_json_decode_into_mappings_and_self_decoding_messages() -> None:
     target: dict[str, Any] = {"stale": True}
     assert JSON_FRAMING.unmarshal(b'{"a":[1,2]}\n', target) == {"a": [1, 2]}
