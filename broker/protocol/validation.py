@@ -471,9 +471,12 @@ def validate_fragment(frag: pb.Fragment) -> None:
         validate_path_component(frag.path_postfix, 0, MAX_JOURNAL_NAME_LEN)
 
 
+_STATUSES = frozenset(pb.Status.values())
+
+
 def validate_status(status: int) -> None:
     """Require a defined Status value."""
-    if status not in pb.Status.values():
+    if status not in _STATUSES:
         raise ValidationError(f"invalid status ({status})")
 
 

@@ -50,6 +50,10 @@ def _json_default(value: object) -> object:
     raise TypeError(f"json: unsupported type: {type(value).__name__}")
 
 
+# One encoder for every message: json.dumps with these options would build one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default)
+
+
 def _dataclass_fields(value: object) -> dict[str, object]:
     # Fields named with a leading underscore are private, like Go's unexported fields: dropped.
     return {name: getattr(value, name) for name in _public_fields(type(value))}
@@ -101,7 +105,7 @@ class JSONFraming(Framing):
 
         value = _dataclass_fields(message) if dataclasses.is_dataclass(message) else message
         try:
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default)
+            text = _ENCODER.encode(value)
         except (TypeError, ValueError, RecursionError) as e:
             raise EncodeError(str(e), content_type=self.content_type) from e
         return (_GO_JSON_ESCAPE_RE.sub(lambda m: _GO_JSON_ESCAPES[m.group()], text) + "\n").encode("utf-8")
