@@ -263,7 +263,7 @@ def _dataclass_decoder(cls: type) -> _Decode:
             attrs = message.__dict__
             attrs.update(value)
             for name in uuid_names:
-                if type(item := attrs[name]) is str and name in value:
+                if type(item := value.get(name)) is str:
                     attrs[name] = parse_uuid(item)
             return
         for key, item in value.items():

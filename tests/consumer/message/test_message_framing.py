@@ -337,6 +337,14 @@ class Slotted:
     Str: str = ""
 
 
+@dataclasses.dataclass
+class LateUUID:
+    """A UUID field __init__ leaves unset: an object without it must not need it."""
+
+    Str: str = ""
+    UUID: uuid.UUID = dataclasses.field(init=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class Frozen:
     Str: str = ""
@@ -353,6 +361,8 @@ def test_json_decodes_dataclasses_of_every_kind_alike() -> None:
     # A class that intervenes in assignment, or keeps its fields in slots, is assigned field by field.
     assert JSON_FRAMING.unmarshal(line, Guarded()) == Guarded(u, "HELLO")
     assert JSON_FRAMING.unmarshal(line, Slotted()) == Slotted(u, "hello")
+    assert JSON_FRAMING.unmarshal(b'{"Str":"x"}\n', LateUUID()).Str == "x"
+    assert JSON_FRAMING.unmarshal(line, LateUUID()).UUID == u
     with pytest.raises(DecodeError, match="cannot assign to field 'Str'"):
         JSON_FRAMING.unmarshal(b'{"Str":"x"}\n', Frozen())
 
