@@ -8,11 +8,13 @@ offsets and SHA-1 sum (`X-Commit-*`), the write head and the route.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import grpc
 
 from broker.fragment.sums import sha1sum_hex
 from broker.gateway.connection import Connection
+from broker.gateway.local import LocalJournalStub
 from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
 from broker.gateway.responses import (
     COMMIT_BEGIN_HEADER,
@@ -35,7 +37,7 @@ APPEND_CHUNK = 1 << 20
 
 
 async def serve_append(
-    stub: pb_grpc.JournalStub,
+    stub: pb_grpc.JournalStub | LocalJournalStub,
     conn: Connection,
     path: str,
     query: str,
@@ -57,11 +59,22 @@ async def serve_append(
         await conn.error(500, "expected Request.Journal")
         return
 
-    call = stub.Append(metadata=metadata)
-    try:
-        await _relay_append(conn, path, req, call, endpoint_of)
-    finally:
-        call.cancel()  # A no-op once the RPC has ended; otherwise the append rolls back.
+    if isinstance(stub, LocalJournalStub):
+        try:
+            resp = await stub.append(req, _body(conn), metadata)
+        except grpc.aio.AioRpcError as err:
+            await conn.error(rpc_error_status(err), rpc_error_text(err))
+            return
+    else:
+        call = stub.Append(metadata=metadata)
+        try:
+            relayed = await _relay_append(conn, req, call)
+        finally:
+            call.cancel()  # A no-op once the RPC has ended; otherwise the append rolls back.
+        if relayed is None:
+            return
+        resp = relayed
+    await _answer(conn, path, resp, endpoint_of)
 
 
 def append_params(query: str) -> None:
@@ -71,9 +84,16 @@ def append_params(query: str) -> None:
         raise BadRequest(multi_error(errors))
 
 
+async def _body(conn: Connection) -> AsyncIterator[bytes]:
+    """The request body, in pieces of at most APPEND_CHUNK bytes as they arrive."""
+    while (chunk := await conn.read_body(APPEND_CHUNK)) is not None:
+        yield chunk
+
+
 async def _relay_append(
-    conn: Connection, path: str, req: pb.AppendRequest, call: grpc.aio.StreamUnaryCall, endpoint_of: EndpointOf | None
-) -> None:
+    conn: Connection, req: pb.AppendRequest, call: grpc.aio.StreamUnaryCall
+) -> pb.AppendResponse | None:
+    """Relay the PUT into the Append RPC `call`; its checked response, or None having answered an error."""
     sending = await _send(call, req)
     while sending:
         chunk = await conn.read_body(APPEND_CHUNK)
@@ -87,13 +107,17 @@ async def _relay_append(
         resp: pb.AppendResponse = await call
     except grpc.aio.AioRpcError as err:
         await conn.error(rpc_error_status(err), rpc_error_text(err))
-        return
-
+        return None
     try:
         validate_append_response(resp)
     except ValidationError as err:
         await conn.error(500, f"validating broker response: {err}")
-        return
+        return None
+    return resp
+
+
+async def _answer(conn: Connection, path: str, resp: pb.AppendResponse, endpoint_of: EndpointOf | None) -> None:
+    """Answer the PUT with the Append's response: 204 with the commit, or the status as an error."""
     if resp.status == pb.FRAGMENT_STORE_UNHEALTHY and resp.store_health_error:
         await conn.error(500, f"{resp.store_health_error}: FRAGMENT_STORE_UNHEALTHY")
         return

@@ -2,12 +2,13 @@
 
 The HTTP gateway answers GET, HEAD and PUT through Read and Append calls. In Gazette it calls the
 broker's gRPC loopback; a gRPC round trip through grpc.aio costs more than the append it carries,
-so a broker's gateway calls its `JournalService` directly: `LocalJournalStub(service)` offers the
-`Read(request, metadata=...)` and `Append(metadata=...)` the gateway uses, with grpc.aio's call
-semantics (`read()` to `grpc.aio.EOF`, `write()`, `done_writing()`, `await call`, `cancel()`),
-and a handler's `context.abort(code, details)` (or an unexpected exception, as INTERNAL) raised
-as `grpc.aio.AioRpcError`. The request's metadata (its `authorization`) is the handler's
-`invocation_metadata()`, so authorization is checked as for any gRPC caller.
+so a broker's gateway calls its `JournalService` directly: `LocalJournalStub(service)` offers
+`Read(request, metadata=...)` with grpc.aio's call semantics (`read()` to `grpc.aio.EOF`,
+`cancel()`), and `append(request, content, metadata)`, which runs the whole Append in the caller's
+task (a PUT pays no task, queue or hand-off per request). A handler's `context.abort(code,
+details)` (or an unexpected exception, as INTERNAL) is raised as `grpc.aio.AioRpcError`. The
+request's metadata (its `authorization`) is the handler's `invocation_metadata()`, so
+authorization is checked as for any gRPC caller.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
+from broker.append_requests import ContentChunk
 from broker.protocol import pb
 
 if TYPE_CHECKING:
@@ -106,65 +108,6 @@ def _ignore(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-_END = object()
-
-
-class LocalAppendCall:
-    """An Append in progress: `write()` requests, `done_writing()`, then `await` the response."""
-
-    def __init__(self, service: JournalService, metadata: Metadata | None) -> None:
-        # One request at a time, as gRPC's flow control holds a writer until the handler reads.
-        self._requests: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
-        self._task = asyncio.ensure_future(service.Append(self._iterate(), LocalContext(metadata)))
-        self._task.add_done_callback(_ignore)
-
-    async def _iterate(self) -> AsyncIterator[pb.AppendRequest]:
-        while True:
-            req = await self._requests.get()
-            if req is _END:
-                return
-            yield req
-
-    async def write(self, request: pb.AppendRequest) -> None:
-        if self._task.done():
-            raise asyncio.InvalidStateError("the Append has ended")
-        if not self._requests.full():
-            self._requests.put_nowait(request)
-            return
-        put = asyncio.ensure_future(self._requests.put(request))
-        await asyncio.wait({put, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if not put.done():
-            put.cancel()
-            raise asyncio.InvalidStateError("the Append has ended")
-
-    async def done_writing(self) -> None:
-        """Half-close; a no-op once the Append has ended, as grpc.aio's, even if it ends while
-        this waits for room: its answer is then read from the call."""
-        if not self._task.done():
-            with contextlib.suppress(asyncio.InvalidStateError):
-                await self.write(_END)  # type: ignore[arg-type]
-
-    def __await__(self) -> Any:
-        return self._response().__await__()
-
-    async def _response(self) -> pb.AppendResponse:
-        try:
-            response: pb.AppendResponse = await asyncio.shield(self._task)
-        except asyncio.CancelledError:
-            if self._task.cancelled():
-                empty = grpc.aio.Metadata()
-                raise grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, empty, empty, "the append was cancelled") \
-                    from None
-            raise
-        except Exception as exc:
-            raise _rpc_error(exc, "Append") from None
-        return response
-
-    def cancel(self) -> bool:
-        """Cancel the append (it rolls back unless it already committed)."""
-        return self._task.cancel()
-
-
 class LocalJournalStub:
     """`Read` and `Append` of a JournalService, called in-process (see the module's doc)."""
 
@@ -174,8 +117,28 @@ class LocalJournalStub:
     def Read(self, request: pb.ReadRequest, metadata: Metadata | None = None) -> LocalReadCall:
         return LocalReadCall(self._service.Read(request, LocalContext(metadata)))
 
-    def Append(self, metadata: Metadata | None = None) -> LocalAppendCall:
-        return LocalAppendCall(self._service, metadata)
+    async def append(
+        self, request: pb.AppendRequest, content: AsyncIterator[bytes], metadata: Metadata | None = None
+    ) -> pb.AppendResponse:
+        """Append `request` (its journal and options) with each chunk of `content`, then commit; run
+        in the caller's task, whose cancellation rolls the append back unless it committed."""
+        try:
+            return await self._service.Append(_append_requests(request, content), LocalContext(metadata))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _rpc_error(exc, "Append") from None
+
+
+async def _append_requests(
+    first: pb.AppendRequest, content: AsyncIterator[bytes]
+) -> AsyncIterator[pb.AppendRequest | ContentChunk]:
+    """An Append's request stream: `first`, the content's non-empty chunks, the commit's empty request."""
+    yield first
+    async for chunk in content:
+        if chunk:
+            yield ContentChunk(memoryview(chunk))
+    yield pb.AppendRequest()
 
 
 __all__ = ["LocalJournalStub"]
