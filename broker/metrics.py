@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import Counter
 
 APPEND_BYTES = Counter("gazette_append_bytes_total", "Bytes committed by Append RPCs, by journal.", ["journal"])
@@ -24,3 +26,16 @@ HTTP_REQUESTS = Counter(
     "HTTP requests answered by the gateway, by method and status code.",
     ["method", "code"],
 )
+
+
+@functools.lru_cache(maxsize=4096)
+def append_counters(journal: str) -> tuple[Counter, Counter]:
+    """APPEND_REQUESTS and APPEND_BYTES of `journal` (remembered: `labels()` costs a lock and a
+    lookup, and every append counts)."""
+    return APPEND_REQUESTS.labels(journal), APPEND_BYTES.labels(journal)
+
+
+@functools.lru_cache(maxsize=256)
+def http_requests_counter(method: str, status: int) -> Counter:
+    """HTTP_REQUESTS of one method and status code (remembered, as `append_counters`)."""
+    return HTTP_REQUESTS.labels(method, str(status))

@@ -316,8 +316,9 @@ class JournalService(pb_grpc.JournalServicer):
         except BrokerError as exc:
             await _abort(context, grpc.StatusCode.ABORTED, str(exc))
         if resp.status == pb.OK:
-            metrics.APPEND_REQUESTS.labels(first.journal).inc()
-            metrics.APPEND_BYTES.labels(first.journal).inc(resp.commit.end - resp.commit.begin)
+            requests, appended = metrics.append_counters(first.journal)
+            requests.inc()
+            appended.inc(resp.commit.end - resp.commit.begin)
         return resp
 
     async def _proxy_append(

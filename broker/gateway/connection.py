@@ -20,7 +20,7 @@ from typing import cast
 
 import h11
 
-from broker.metrics import HTTP_REQUESTS
+from broker.metrics import http_requests_counter
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Connection(asyncio.Protocol):
             )
         )
         method = self._method if self._method in _METHOD_LABELS else "OTHER"
-        HTTP_REQUESTS.labels(method, str(status)).inc()
+        http_requests_counter(method, status).inc()
 
     async def send_data(self, data: bytes) -> None:
         """Send part of the body now, waiting while the client is slow to take it."""

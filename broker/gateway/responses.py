@@ -3,6 +3,7 @@ a journal's route (`X-Route-Token`, `Location`), and gRPC errors in grpc-go's wo
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from urllib.parse import quote
@@ -35,17 +36,24 @@ def route_headers(route: pb.Route, path: str, endpoint_of: EndpointOf | None) ->
     """X-Route-Token, and Location (the primary's endpoint joined with `path`)."""
     if not route.members:
         return []
-    headers = [(ROUTE_TOKEN_HEADER, route_token(route))]
+    endpoint: str | None = None
     if 0 <= route.primary < len(route.members):
-        endpoint: str | None = None
         if route.primary < len(route.endpoints):
             endpoint = route.endpoints[route.primary]
         elif endpoint_of is not None:
             endpoint = endpoint_of(route.members[route.primary])
-        location = _location(endpoint, path) if endpoint else None
-        if location is not None:
-            headers.append(("Location", location))
-    return headers
+    return list(_route_headers(route.SerializeToString(), endpoint, path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _route_headers(route: bytes, endpoint: str | None, path: str) -> tuple[tuple[str, str], ...]:
+    """`route_headers` of a serialized route and its primary's endpoint (remembered: every PUT and
+    read of a journal answers the same ones while its route holds)."""
+    headers = [(ROUTE_TOKEN_HEADER, route_token(pb.Route.FromString(route)))]
+    location = _location(endpoint, path) if endpoint else None
+    if location is not None:
+        headers.append(("Location", location))
+    return tuple(headers)
 
 
 def route_token(route: pb.Route) -> str:

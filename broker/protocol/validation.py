@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import string
 import unicodedata
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from types import TracebackType
 from typing import Self
 
 from google.protobuf import text_format
@@ -64,13 +64,23 @@ class ValidationError(GazetteError, ValueError):
         return type(self)(self.message, (segment, *self.context))
 
 
-@contextmanager
-def in_context(segment: str) -> Iterator[None]:
-    """Prefix `segment` to the context of any ValidationError raised within the block."""
-    try:
-        yield
-    except ValidationError as err:
-        raise err.with_context(segment).with_traceback(err.__traceback__) from None
+class in_context:
+    """Prefix `segment` to the context of any ValidationError raised within the block.
+
+    A class rather than a generator-based context manager: every request's validation enters
+    several, and this costs a third as much."""
+
+    __slots__ = ("segment",)
+
+    def __init__(self, segment: str) -> None:
+        self.segment = segment
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(err, ValidationError):
+            raise err.with_context(self.segment).with_traceback(tb) from None
 
 
 # Tokens, paths and names.
@@ -104,8 +114,10 @@ def split_meta(journal: str) -> tuple[str, str]:
     return name, sep + meta
 
 
+@functools.lru_cache(maxsize=4096)
 def validate_journal(name: str) -> None:
-    """Require a journal name: a 4..512 byte path component, with an optional `;meta` suffix."""
+    """Require a journal name: a 4..512 byte path component, with an optional `;meta` suffix.
+    (Names that pass are remembered: every append and read checks its journal's.)"""
     base, meta = split_meta(name)
     validate_path_component(base, MIN_JOURNAL_NAME_LEN, MAX_JOURNAL_NAME_LEN)
     if meta:
@@ -496,6 +508,9 @@ def validate_read_request(req: pb.ReadRequest) -> None:
         raise ValidationError(f"invalid EndOffset ({req.end_offset}; expected 0 or Offset <= EndOffset)")
 
 
+_APPEND_SUSPENDS = frozenset(pb.AppendRequest.Suspend.values())
+
+
 def validate_append_request(req: pb.AppendRequest) -> None:
     """Validate a first Append message (journal set) or a content / commit message (journal empty)."""
     if req.journal:
@@ -517,7 +532,7 @@ def validate_append_request(req: pb.AppendRequest) -> None:
         if req.HasField("subtract_registers"):
             with in_context("SubtractRegisters"):
                 validate_label_set(req.subtract_registers)
-        if req.suspend not in pb.AppendRequest.Suspend.values():
+        if req.suspend not in _APPEND_SUSPENDS:
             raise ValidationError(f"invalid Suspend ({req.suspend})")
         return
 
