@@ -34,6 +34,10 @@ from broker.protocol.validation import ValidationError, validate_append_request,
 
 APPEND_CHUNK = 1 << 20
 """Request body bytes sent per AppendRequest: large, as grpc.aio is slow per message."""
+LANDING_CHUNK = 256 << 10
+"""Request body bytes an in-process append waits for before handing them on: few enough that a
+large PUT is written and hashed while it arrives, enough that a replicated journal's peers get a
+few large Replicate messages rather than one per socket read."""
 
 
 async def serve_append(
@@ -85,8 +89,9 @@ def append_params(query: str) -> None:
 
 
 async def _body(conn: Connection) -> AsyncIterator[bytes]:
-    """The request body, in pieces of at most APPEND_CHUNK bytes as they arrive."""
-    while (chunk := await conn.read_body(APPEND_CHUNK)) is not None:
+    """The request body as it arrives, in pieces of LANDING_CHUNK to APPEND_CHUNK bytes (the last
+    may be smaller): the broker writes and hashes each while the next one arrives."""
+    while (chunk := await conn.read_body(APPEND_CHUNK, at_least=LANDING_CHUNK)) is not None:
         yield chunk
 
 

@@ -177,16 +177,26 @@ class Connection(asyncio.Protocol):
         """Answer as Go's http.Error: the text and a newline, as plain text."""
         await self.respond(status, [*headers, *TEXT_HEADERS], (text + "\n").encode("utf-8", "surrogateescape"))
 
-    async def read_body(self, size: int) -> bytes | None:
-        """Return up to `size` more bytes of the request body, or None once it has all been read."""
+    async def read_body(self, size: int, at_least: int | None = None) -> bytes | None:
+        """Return up to `size` more bytes of the request body, or None once it has all been read.
+
+        Waits for `size` bytes (or the body's end); with `at_least`, only for that many, taking
+        what else has arrived by then up to `size`."""
         if self._h11.they_are_waiting_for_100_continue:
             self._send(h11.InformationalResponse(status_code=100, headers=[]))
         chunks = [self._body_rest] if self._body_rest else []
         n = len(self._body_rest)
+        enough = size if at_least is None else min(at_least, size)
         self._reading_body = True
         try:
             while n < size and self._h11.their_state is h11.SEND_BODY:
-                event = await self._next_event()
+                if n < enough:
+                    event = await self._next_event()
+                else:
+                    arrived = self._h11.next_event()  # Only what has arrived already.
+                    if arrived is h11.NEED_DATA:
+                        break
+                    event = cast("h11.Event | type[h11.PAUSED]", arrived)
                 if isinstance(event, h11.Data):
                     chunks.append(event.data)
                     n += len(event.data)
