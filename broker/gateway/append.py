@@ -1,8 +1,9 @@
 """PUT of a journal: the request body relayed into an Append RPC, as Gazette's gateway does.
 
-The query takes no parameters. The body goes to the broker in APPEND_CHUNK pieces as it
-arrives, and is committed only once all of it has; a 204 response then gives the commit's
-offsets and SHA-1 sum (`X-Commit-*`), the write head and the route.
+The query takes no parameters. The body goes to the broker as it arrives (in APPEND_CHUNK
+messages of a gRPC Append; to a broker's own service, in-process, in pieces of LANDING_CHUNK or
+more), and is committed only once all of it has; a 204 response then gives the commit's offsets
+and SHA-1 sum (`X-Commit-*`), the write head and the route.
 """
 
 from __future__ import annotations
