@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from broker.errors import AppendError, PipelineError
@@ -37,6 +37,25 @@ LANDING_BYTES = 8 << 20
 """Content of one append that may still be landing (written to the spool, hashed) while more of
 it is received: enough to keep the spool's worker thread busy, little enough to buffer."""
 DAY = 86400
+
+
+async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Await `work` to its end even if the caller is cancelled meanwhile; the cancellation is raised
+    once `work` has ended (else `work`'s own error, if it failed)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # Retrieved: the cancellation is what the caller sees.
+        raise asyncio.CancelledError
+    task.result()
 
 
 class RouteChanged(Exception):
@@ -400,10 +419,16 @@ class Append:
             await pipeline.gather_ok()
             committed = True
         except BaseException:
-            # Let landing chunks land before rolling them back: the spool applies in order.
-            await asyncio.gather(*(done for done, _ in landing), return_exceptions=True)
-            if not committed:
-                await self._rollback()
+
+            async def abandon() -> None:
+                # Let landing chunks land before rolling them back: the spool applies in order.
+                await asyncio.gather(*(done for done, _ in landing), return_exceptions=True)
+                if not committed:
+                    await self._rollback()
+
+            # Not to be cut short by a cancellation (the client's RPC ending meanwhile): the replica's
+            # lock is released next, and the next append would find this one's content in the spool.
+            await uninterrupted(abandon())
             raise
         finally:
             replica.lock.release()

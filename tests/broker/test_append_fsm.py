@@ -777,6 +777,37 @@ async def test_rollback_leaves_nothing_visible(inproc_cluster: InProcessCluster,
     assert await b.read(J) == b"keptnext"
 
 
+async def test_rollback_completes_though_the_append_is_cancelled_meanwhile(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair
+) -> None:
+    # The client's stream ends without the commit marker and the RPC is cancelled as the append
+    # begins to roll back (grpc.aio cancels the handler once its client is gone): the rollback
+    # finishes first, so the next append finds the spool as it was.
+    a, b = inproc_pair
+    await new_journal(inproc_cluster, a, b)
+    assert (await append(a, J, b"kept")).status == pb.OK
+    fsm = await prepared(a)
+    running: list[asyncio.Task[pb.AppendResponse]] = []
+
+    async def abandoned() -> AsyncIterator[bytes]:
+        yield b"lost"
+        yield BIG
+        asyncio.get_running_loop().call_soon(running[0].cancel)  # Lands in the rollback's first await.
+        raise ConnectionResetError("client went away")
+
+    running.append(asyncio.ensure_future(fsm.stream(abandoned())))
+    with pytest.raises(asyncio.CancelledError):
+        await running[0]
+    assert not a.replica(J).lock.locked()
+    for x in (a, b):
+        assert fragment_of(x).end == 4, x.suffix
+        assert x.replica(J).spool.delta == 0, x.suffix
+    resp = await append(a, J, b"next")
+    assert (resp.commit.begin, resp.commit.end) == (4, 8)
+    assert_spools_agree(a, b)
+    assert await b.read(J) == b"keptnext"
+
+
 # --- ReadAcknowledgements: peers that fail ----------------------------------------------------------
 
 
