@@ -60,24 +60,25 @@ class MinRateGuard:
         self._required = 0
 
     async def receive(self, receive: Awaitable[T]) -> T:
-        """Await `receive` (the client's next message), aborting if the client falls behind."""
+        """Await `receive` (the client's next message), aborting if the client falls behind.
+
+        `receive` runs in the caller's task under one deadline: the end of the current window, or of
+        the next one if this one is satisfied already (with nothing arriving meanwhile, that one
+        cannot be). A message that is already there is taken without the event loop's help.
+        """
         if self.rate <= 0:
             return await receive
-        task = asyncio.ensure_future(receive)
+        budget = self._window_end - self._waited
+        if self._window_bytes >= self._required:
+            budget += 1.0
+        start = time.monotonic()
         try:
-            while True:
-                budget = self._window_end - self._waited
-                if self._window_bytes >= self._required:
-                    budget += 1.0  # This window is satisfied: the next one must be, by its end.
-                start = time.monotonic()
-                done, _ = await asyncio.wait({task}, timeout=max(budget, 0.0))
-                self._advance(time.monotonic() - start)
-                if done:
-                    return task.result()
-                if self._window_bytes < self._required or budget <= 0:
-                    raise MinRateError("client stream didn't sustain the minimum append data rate")
+            async with asyncio.timeout(max(budget, 0.0)):
+                return await receive
+        except TimeoutError:
+            raise MinRateError("client stream didn't sustain the minimum append data rate") from None
         finally:
-            task.cancel()
+            self._advance(time.monotonic() - start)
 
     def received(self, n: int) -> None:
         """Count `n` bytes received from the client."""
