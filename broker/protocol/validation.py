@@ -223,6 +223,7 @@ def validate_journal_spec(spec: pb.JournalSpec) -> None:
 # Enum values as sets: `values()` builds a list on every call, and specs are validated by the thousand.
 _CODECS = frozenset(pb.CompressionCodec.values())
 _FLAGS = frozenset(pb.JournalSpec.Flag.values())
+_SUSPEND_LEVELS = frozenset(pb.JournalSpec.Suspend.Level.values())
 
 
 def validate_journal_spec_fragment(frag: pb.JournalSpec.Fragment) -> None:
@@ -271,7 +272,7 @@ def validate_journal_flags(flags: int) -> None:
 
 
 def _validate_journal_suspend(suspend: pb.JournalSpec.Suspend) -> None:
-    if suspend.level not in pb.JournalSpec.Suspend.Level.values():
+    if suspend.level not in _SUSPEND_LEVELS:
         raise ValidationError(f"invalid Level ({suspend.level})")
     if suspend.offset < 0:
         raise ValidationError(f"invalid Offset ({suspend.offset}; expected >= 0)")

@@ -118,9 +118,13 @@ def validate_consumer_spec(spec: pb.ConsumerSpec) -> None:
     bv.validate_process_spec(spec.process_spec)
 
 
+_REPLICA_CODES = frozenset(pb.ReplicaStatus.Code.values())
+_STATUSES = frozenset(pb.Status.values())
+
+
 def validate_replica_status(status: pb.ReplicaStatus) -> None:
     """Require a defined Code, and Errors if and only if the Code is FAILED."""
-    if status.code not in pb.ReplicaStatus.Code.values():
+    if status.code not in _REPLICA_CODES:
         raise ValidationError(f"invalid code ({status.code})", ["Code"])
     if not status.errors:
         if status.code == pb.ReplicaStatus.FAILED:
@@ -131,7 +135,7 @@ def validate_replica_status(status: pb.ReplicaStatus) -> None:
 
 def validate_status(status: int) -> None:
     """Require a defined consumer Status value."""
-    if status not in pb.Status.values():
+    if status not in _STATUSES:
         raise ValidationError(f"invalid status ({status})")
 
 
