@@ -72,10 +72,13 @@ class MinRateGuard:
         if self._window_bytes >= self._required:
             budget += 1.0
         start = time.monotonic()
+        deadline = asyncio.timeout(max(budget, 0.0))
         try:
-            async with asyncio.timeout(max(budget, 0.0)):
+            async with deadline:
                 return await receive
         except TimeoutError:
+            if not deadline.expired():
+                raise  # The receive's own TimeoutError: not the client falling behind.
             raise MinRateError("client stream didn't sustain the minimum append data rate") from None
         finally:
             self._advance(time.monotonic() - start)

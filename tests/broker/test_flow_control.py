@@ -1,13 +1,16 @@
-"""Append flow control against a real broker: max_append_rate throttles, slow clients are cut off."""
+"""Append flow control against a real broker (max_append_rate throttles, slow clients are cut off), and
+MinRateGuard's deadline on its own."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
 import grpc
 import pytest
 
+from broker.flow_control import MinRateError, MinRateGuard
 from broker.protocol import pb, pb_grpc
 from tests.harness import apply_specs, journal_spec, wait_for_primary
 
@@ -56,3 +59,20 @@ def test_client_below_the_minimum_rate_is_cut_off(stub: pb_grpc.JournalStub) -> 
     resp = stub.Append(iter([pb.AppendRequest(journal=spec.name), pb.AppendRequest(content=b"ok"),
                              pb.AppendRequest()]), timeout=30)
     assert resp.status == pb.OK and resp.commit.begin == head
+
+
+async def test_min_rate_guard_passes_on_the_receives_own_timeout() -> None:
+    # The guard's deadline is its own: a receive that fails with TimeoutError is not a slow client.
+    async def times_out() -> bytes:
+        raise TimeoutError("the receive's own")
+
+    guard = MinRateGuard(1024)
+    with pytest.raises(TimeoutError, match="the receive's own"):
+        await guard.receive(times_out())
+
+
+async def test_min_rate_guard_cuts_off_a_silent_client() -> None:
+    never = asyncio.get_running_loop().create_future()
+    guard = MinRateGuard(1024, grace=0.05)
+    with pytest.raises(MinRateError):
+        await guard.receive(never)
