@@ -64,6 +64,7 @@ async def serve_append(
         await conn.error(500, "expected Request.Journal")
         return
 
+    resp: pb.AppendResponse | None
     if isinstance(stub, LocalJournalStub):
         try:
             resp = await stub.append(req, _body(conn), metadata)
@@ -73,13 +74,11 @@ async def serve_append(
     else:
         call = stub.Append(metadata=metadata)
         try:
-            relayed = await _relay_append(conn, req, call)
+            resp = await _relay_append(conn, req, call)
         finally:
             call.cancel()  # A no-op once the RPC has ended; otherwise the append rolls back.
-        if relayed is None:
-            return
-        resp = relayed
-    await _answer(conn, path, resp, endpoint_of)
+    if resp is not None:
+        await _answer(conn, path, resp, endpoint_of)
 
 
 def append_params(query: str) -> None:
