@@ -807,6 +807,64 @@ async def test_rollback_completes_though_the_append_is_cancelled_meanwhile(
     await assert_rolled_back(a, b)
 
 
+@pytest.mark.parametrize("where", ["proposing", "awaiting-acknowledgements"])
+async def test_commit_cancelled_midway_leaves_no_acknowledgement_for_a_later_append(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair, where: str
+) -> None:
+    # The RPC is cancelled (its client went away) while the commit is proposed to the peer, or while
+    # its acknowledgement is awaited. Either way no reply is left for a later append of the pipeline
+    # to take for its own: an append the peer refuses fails (the cancelled read ends the Replicate
+    # call, and the rollback then tears the pipeline down).
+    a, b = inproc_pair
+    await new_journal(inproc_cluster, a, b)
+    assert (await append(a, J, b"kept")).status == pb.OK
+    fsm = await prepared(a)
+    pipeline = fsm.pipeline
+    assert pipeline is not None
+    scatter, gather_ok = pipeline.scatter, pipeline.gather_ok
+    running: list[asyncio.Task[pb.AppendResponse]] = []
+
+    def cancel_soon() -> None:
+        pipeline.scatter, pipeline.gather_ok = scatter, gather_ok  # type: ignore[method-assign]  # Once.
+        asyncio.get_running_loop().call_soon(running[0].cancel)  # Lands in the next await that waits.
+
+    async def proposing(req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+        if req.HasField("proposal") and req.acknowledge:
+            cancel_soon()
+        return await scatter(req)
+
+    async def awaiting_acknowledgements() -> None:
+        cancel_soon()
+        await gather_ok()
+
+    if where == "proposing":
+        pipeline.scatter = proposing  # type: ignore[method-assign]
+    else:
+        pipeline.gather_ok = awaiting_acknowledgements  # type: ignore[method-assign]
+    running.append(asyncio.ensure_future(fsm.stream(content(b"sent"))))
+    with pytest.raises(asyncio.CancelledError):
+        await running[0]
+    assert not a.replica(J).lock.locked()
+    assert a.replica(J).spool.delta == 0
+
+    # The peer refuses the next append's commit: that append fails, and none after it.
+    peer = b.replica(J).spool
+
+    async def diverging() -> AsyncIterator[bytes]:
+        yield b"abc"
+        await eventually(lambda: peer.delta == 3, "the peer received the content")
+        peer.apply(pb.ReplicateRequest(content=b"zz", content_delta=3))
+
+    fsm = await prepared(a)
+    with pytest.raises(PipelineError, match="peer broker-b replied PROPOSAL_MISMATCH"):
+        await fsm.stream(diverging())
+    assert a.replica(J).pipeline is None, "the broken pipeline is dropped"
+    resp = await append(a, J, b"next")
+    assert resp.status == pb.OK
+    assert_spools_agree(a, b)
+    assert (await a.read(J, resp.commit.begin)) == b"next"
+
+
 # --- ReadAcknowledgements: peers that fail ----------------------------------------------------------
 
 
