@@ -1,9 +1,10 @@
-"""One HTTP/1.1 connection of the gateway: h11 parses and frames, a task answers its requests.
+"""One HTTP/1.1 connection of the gateway: a codec parses and frames, a task answers its requests.
 
 `Connection` is the asyncio protocol of a connection the listener hands over. It runs the
 request loop (keep-alive, draining unread bodies, answering malformed HTTP as Go's net/http
 does, closing without resetting a response still on its way), holds back reading while a
-request body is not consumed, and writes responses for the routes.
+request body is not consumed, and writes responses for the routes. Its codec
+(`broker.gateway.codec`) is the fast PlainCodec until a request is not plain, then h11's.
 """
 
 from __future__ import annotations
@@ -15,17 +16,16 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import cache
 from http import HTTPStatus
-from typing import cast
 
 import h11
 
+from broker.gateway.codec import Codec, Event, Marker, PlainCodec, Request, State
 from broker.metrics import http_requests_counter
 
 log = logging.getLogger(__name__)
 
-MAX_HEADER_BYTES = 1 << 20
-"""Largest request head accepted, as Go's net/http default."""
 RECEIVE_HIGH_WATER = 1 << 20
 """Unparsed request bytes buffered before the connection stops reading."""
 DRAIN_LIMIT = 256 << 10
@@ -39,12 +39,12 @@ TEXT_HEADERS = [("Content-Type", "text/plain; charset=utf-8"), ("X-Content-Type-
 _METHOD_LABELS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"})
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
-Handler = Callable[["Connection", h11.Request], Awaitable[None]]
+Handler = Callable[["Connection", Request], Awaitable[None]]
 """Answers one request on a connection."""
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection: h11 parses and frames, a task answers its requests in turn.
+    """One HTTP/1.1 connection: its codec parses and frames, a task answers its requests in turn.
 
     `handle` answers each request; the connection is in `connections` while its task runs.
     """
@@ -52,13 +52,13 @@ class Connection(asyncio.Protocol):
     def __init__(self, handle: Handler, connections: set[Connection]) -> None:
         self._handle = handle
         self._connections = connections
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self._codec: Codec = PlainCodec()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
-        self._received = 0  # Bytes given to h11 since it last asked for more.
+        self._received = 0  # Bytes given to the codec since it last asked for more.
         self._reading_paused = False
         self._eof = False
         self._lost = False
@@ -80,10 +80,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._discarding:
             return
-        self._h11.receive_data(data)
+        self._codec.receive_data(data)
         self._received += len(data)
         if self._received > RECEIVE_HIGH_WATER and self._transport is not None:
-            # Stop reading until h11 has used what it holds: the request body's backpressure.
+            # Stop reading until the codec has used what it holds: the request body's backpressure.
             self._transport.pause_reading()
             self._reading_paused = True
         self._readable.set()
@@ -91,10 +91,10 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         self._eof = True
         if not self._discarding:
-            self._h11.receive_data(b"")
+            self._codec.receive_data(b"")
         self._readable.set()
-        responding = self._h11.our_state in (h11.SEND_RESPONSE, h11.SEND_BODY)
-        pipelined = bool(self._h11.trailing_data[0])
+        responding = self._codec.our_state in (State.SEND_RESPONSE, State.SEND_BODY)
+        pipelined = bool(self._codec.trailing_data[0])
         if responding and not self._reading_body and not pipelined and self._task is not None:
             # As in Go's net/http, a client that ends its side while its response is due has gone
             # away: stop its RPC (a blocking read would otherwise wait on forever). Go does not
@@ -119,8 +119,8 @@ class Connection(asyncio.Protocol):
         """Serve no request after the one in progress, whose response then says `Connection: close`;
         close at once if there is none. Returns the connection's task, which ends once it closed."""
         self.must_close = True
-        h = self._h11
-        idle = h.our_state is h11.IDLE and h.their_state is h11.IDLE and not h.trailing_data[0]
+        c = self._codec
+        idle = c.our_state is State.IDLE and c.their_state is State.IDLE and not c.trailing_data[0]
         if idle and self._transport is not None:
             self._transport.close()
         return self._task
@@ -144,33 +144,28 @@ class Connection(asyncio.Protocol):
         if self.must_close and not any(name.lower() == "connection" for name, _ in headers):
             headers = [*headers, ("Connection", "close")]
         all_headers = [("Date", _http_date()), *headers]
-        self._send(
-            h11.Response(
-                status_code=status,
-                headers=[(name.encode("ascii"), _header_value(value)) for name, value in all_headers],
-                reason=HTTPStatus(status).phrase.encode("ascii"),
-            )
-        )
+        encoded = [(name.encode("ascii"), _header_value(value)) for name, value in all_headers]
+        self._write(self._codec.send_response(status, _reason(status), encoded))
         method = self._method if self._method in _METHOD_LABELS else "OTHER"
         http_requests_counter(method, status).inc()
 
     async def send_data(self, data: bytes) -> None:
         """Send part of the body now, waiting while the client is slow to take it."""
-        self._send(h11.Data(data=data))
+        self._write(self._codec.send_data(data))
         await self._drain()
 
     async def end_response(self, trailers: Sequence[tuple[str, str]] = ()) -> None:
         """End the body, with `trailers` if the response is chunked."""
-        chunked = self._h11.their_http_version == b"1.1" and self._method != "HEAD"
+        chunked = self._codec.their_http_version == b"1.1" and self._method != "HEAD"
         headers = [(name.encode("ascii"), _header_value(value)) for name, value in trailers] if chunked else []
-        self._send(h11.EndOfMessage(headers=headers))
+        self._write(self._codec.send_end(headers))
         await self._drain()
 
     async def respond(self, status: int, headers: Sequence[tuple[str, str]], body: bytes) -> None:
         """Send a whole response with a body of known length."""
         await self.start_response(status, [*headers, ("Content-Length", str(len(body)))])
         if body and self._method != "HEAD":
-            self._send(h11.Data(data=body))
+            self._write(self._codec.send_data(body))
         await self.end_response()
 
     async def error(self, status: int, text: str, headers: Sequence[tuple[str, str]] = ()) -> None:
@@ -182,24 +177,23 @@ class Connection(asyncio.Protocol):
 
         Waits for `size` bytes (or the body's end); with `at_least`, only for that many, taking
         what else has arrived by then up to `size`."""
-        if self._h11.they_are_waiting_for_100_continue:
-            self._send(h11.InformationalResponse(status_code=100, headers=[]))
-        chunks = [self._body_rest] if self._body_rest else []
+        if self._codec.waiting_for_100_continue:
+            self._write(self._codec.send_continue())
+        chunks: list[bytes | bytearray] = [self._body_rest] if self._body_rest else []
         n = len(self._body_rest)
         enough = size if at_least is None else min(at_least, size)
         self._reading_body = True
         try:
-            while n < size and self._h11.their_state is h11.SEND_BODY:
+            while n < size and self._codec.their_state is State.SEND_BODY:
                 if n < enough:
                     event = await self._next_event()
                 else:
-                    arrived = self._h11.next_event()  # Only what has arrived already.
-                    if arrived is h11.NEED_DATA:
+                    event = self._codec.next_event()  # Only what has arrived already.
+                    if event is Marker.NEED_DATA:
                         break
-                    event = cast("h11.Event | type[h11.PAUSED]", arrived)
-                if isinstance(event, h11.Data):
-                    chunks.append(event.data)
-                    n += len(event.data)
+                if isinstance(event, bytes | bytearray):
+                    chunks.append(event)
+                    n += len(event)
         finally:
             self._reading_body = False
         body = b"".join(chunks)
@@ -224,8 +218,8 @@ class Connection(asyncio.Protocol):
             self._method = ""  # Until a request is parsed: an error reply answers no HEAD.
             try:
                 event = await self._next_event()
-                if not isinstance(event, h11.Request):
-                    return  # ConnectionClosed (or nothing left to serve).
+                if not isinstance(event, Request):
+                    return  # Closed (or nothing left to serve).
                 self._method = event.method.decode("ascii")
                 await self._handle(self, event)
             except h11.RemoteProtocolError as err:
@@ -236,7 +230,7 @@ class Connection(asyncio.Protocol):
 
     async def _protocol_error(self, err: h11.RemoteProtocolError) -> None:
         # Malformed HTTP is answered as Go's net/http does, when a response can still be sent.
-        if self._h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._codec.our_state not in (State.IDLE, State.SEND_RESPONSE):
             return
         code = err.error_status_hint
         body = f"{code} {HTTPStatus(code).phrase}".encode("ascii")
@@ -245,30 +239,34 @@ class Connection(asyncio.Protocol):
 
     async def _discard_body(self) -> None:
         """Read what is left of the request body, unless the response will close the connection."""
-        h = self._h11
-        if h.their_state is not h11.SEND_BODY or self.must_close:
+        c = self._codec
+        if c.their_state is not State.SEND_BODY or self.must_close:
             return
-        if not h.they_are_waiting_for_100_continue:
+        if not c.waiting_for_100_continue:
             with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
                 async with asyncio.timeout(DRAIN_TIMEOUT):
                     await self.read_body(DRAIN_LIMIT)
-        if h.their_state is h11.SEND_BODY or h.their_state is h11.ERROR:
+        if c.their_state is State.SEND_BODY or c.their_state is State.ERROR:
             self.must_close = True  # A body left unread, or a malformed one.
 
     def _next_cycle(self) -> bool:
         """Ready the connection for its next request, or return False if it must close."""
-        h = self._h11
-        if self.must_close or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+        c = self._codec
+        if self.must_close or c.our_state is not State.DONE or c.their_state is not State.DONE:
             return False
-        h.start_next_cycle()
+        c.start_next_cycle()
         self._body_rest = b""
         return True
 
-    async def _next_event(self) -> h11.Event | type[h11.PAUSED]:
+    async def _next_event(self) -> Event:
         while True:
-            event = self._h11.next_event()
-            if event is not h11.NEED_DATA:
-                return cast("h11.Event | type[h11.PAUSED]", event)
+            event = self._codec.next_event()
+            if event is Marker.NOT_PLAIN:
+                assert isinstance(self._codec, PlainCodec)
+                self._codec = self._codec.to_h11()  # h11 serves the rest of the connection.
+                continue
+            if event is not Marker.NEED_DATA:
+                return event
             self._received = 0
             if self._reading_paused and self._transport is not None:
                 self._transport.resume_reading()
@@ -276,8 +274,7 @@ class Connection(asyncio.Protocol):
             self._readable.clear()
             await self._readable.wait()
 
-    def _send(self, event: h11.Event) -> None:
-        data = self._h11.send(event)
+    def _write(self, data: bytes) -> None:
         if data and not self._lost and self._transport is not None:
             self._transport.write(data)
 
@@ -288,7 +285,7 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if transport is None or self._lost:
             return
-        unread = self._h11.their_state not in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED) or self._reading_paused
+        unread = self._codec.their_state not in (State.DONE, State.MUST_CLOSE, State.CLOSED) or self._reading_paused
         if unread and not self._eof:
             # Closing a socket with unread input resets it, and a reset can destroy the response
             # still on its way to the client: half-close, let the client finish, then close.
@@ -312,7 +309,14 @@ class Connection(asyncio.Protocol):
 def _header_value(value: str) -> bytes:
     # Like Go, turn line breaks (which would end the header) into spaces; h11 refuses the rest of
     # the control characters and surrounding whitespace, so those go too.
+    if value.isprintable() and value[:1] != " " and value[-1:] != " ":
+        return value.encode()  # Nothing to replace (the usual value).
     return _CONTROL.sub(" ", value).strip(" \t").encode("utf-8", "surrogateescape")
+
+
+@cache
+def _reason(status: int) -> bytes:
+    return HTTPStatus(status).phrase.encode("ascii")
 
 
 _date_cache: tuple[int, str] = (0, "")

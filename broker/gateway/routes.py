@@ -17,11 +17,11 @@ from http import HTTPStatus
 from typing import Any
 
 import grpc
-import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteTable, route_handler
 from broker.gateway.append import serve_append
+from broker.gateway.codec import Request
 from broker.gateway.connection import TEXT_HEADERS, Connection
 from broker.gateway.read import serve_read
 from broker.gateway.request import BadRequest, BadTarget, Metadata, parse_query, split_target
@@ -86,7 +86,7 @@ class HttpGateway:
         tasks = [c.abort() for c in list(self._connections)]
         await asyncio.gather(*[t for t in tasks if t is not None], return_exceptions=True)
 
-    async def handle(self, conn: Connection, request: h11.Request) -> None:
+    async def handle(self, conn: Connection, request: Request) -> None:
         """Answer one request on `conn`."""
         method = request.method.decode("ascii")
         if method == "CONNECT":
@@ -134,7 +134,7 @@ class HttpGateway:
 
 
     async def _serve_route(
-        self, conn: Connection, request: h11.Request, method: str, path: str, query: str,
+        self, conn: Connection, request: Request, method: str, path: str, query: str,
         methods: dict[str, HttpHandler],
     ) -> None:
         """Answer a request of an added route (see `broker.gateway.app_routes`)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import h11
 import pytest
 
+from broker.gateway.codec import Request
 from broker.gateway.connection import Connection
 
 KiB = 1 << 10
@@ -23,7 +23,7 @@ class Reader:
         self.pieces: list[int] = []
         self.got_piece = asyncio.Event()
 
-    async def handle(self, conn: Connection, _request: h11.Request) -> None:
+    async def handle(self, conn: Connection, _request: Request) -> None:
         while (piece := await conn.read_body(self.size, at_least=self.at_least)) is not None:
             self.pieces.append(len(piece))
             self.got_piece.set()
