@@ -1,6 +1,6 @@
 """HTTP/1.1 gateway to the Journal service: GET and HEAD read a journal, PUT appends to it.
 
-A port of Gazette's `http_gateway` on h11, serving the connections that OnePortListener hands
+A port of Gazette's `http_gateway`, serving the connections that OnePortListener hands
 over. Requests become Read and Append RPCs on the broker's own gRPC service (over its internal
 unix socket), so the broker routes and proxies them as it would a client's; responses carry the
 same statuses, headers, bodies and `X-Close-Error` trailer as Gazette's. `/debug/ready` and
@@ -8,7 +8,9 @@ same statuses, headers, bodies and `X-Close-Error` trailer as Gazette's. `/debug
 
 - `routes`: `HttpGateway`, the listener's HTTP handler: takes connections over and routes each
   request to the debug endpoints, `read` or `append`.
-- `connection`: one connection on h11: its request loop, backpressure and response writing.
+- `connection`: one connection: its request loop, backpressure and response writing.
+- `codec`: its HTTP/1.1 framing: plain requests on httptools and the codec's own framing, any
+  other request (malformed, HTTP/1.0, chunked, ...) on h11 from its first byte.
 - `request`: the request target's path and query, decoded as Go's net/http and gorilla/schema.
 - `read`: GET and HEAD, relayed from a Read RPC.
 - `append`: PUT, relayed into an Append RPC.
