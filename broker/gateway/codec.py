@@ -252,6 +252,8 @@ class PlainCodec:
             self._scanned = len(buffer)
             return Marker.NEED_DATA
         self._scanned = 0
+        if end + 4 > MAX_HEADER_BYTES:
+            return Marker.NOT_PLAIN
         head = bytes(buffer[: end + 4])
         request = self._parse(head)
         if request is None:

@@ -156,6 +156,9 @@ def test_a_head_too_large_or_still_open_with_bare_line_feeds() -> None:
     codec.receive_data(b"GET / HTTP/1.1\r\nHost: b\r\nX: " + b"x" * (1 << 20))
     assert events(codec) == [Marker.NOT_PLAIN]
     codec = PlainCodec()
+    codec.receive_data(b"GET / HTTP/1.1\r\nHost: b\r\nX: " + b"x" * (1 << 20) + b"\r\n\r\n")
+    assert events(codec) == [Marker.NOT_PLAIN], "a whole head, but too large"
+    codec = PlainCodec()
     codec.receive_data(b"GET / HTTP/1.1\nHost: b\n\n")
     assert events(codec) == [Marker.NOT_PLAIN]
 
