@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections import deque
 from collections.abc import Sequence
 
 import h11
@@ -177,6 +178,9 @@ class PlainCodec:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        # Body bytes received as they came (not copied into the buffer), all before the buffer's.
+        self._body_chunks: deque[bytes] = deque()
+        self._body_queued = 0
         self._eof = False
         self._scanned = 0  # Bytes of the buffer known to hold no head's end.
         self._body_left = 0  # Of the request body, bytes not yet given out.
@@ -189,7 +193,7 @@ class PlainCodec:
 
     @property
     def trailing_data(self) -> tuple[bytes, bool]:
-        return bytes(self._buffer), self._eof
+        return b"".join(self._body_chunks) + self._buffer, self._eof
 
     def to_h11(self) -> H11Codec:
         """An H11Codec that goes on from here, between requests, with the bytes received."""
@@ -197,10 +201,18 @@ class PlainCodec:
         return H11Codec(bytes(self._buffer), self._eof)
 
     def receive_data(self, data: bytes) -> None:
-        if data:
-            self._buffer += data
-        else:
+        if not data:
             self._eof = True
+        elif (
+            self.their_state is State.SEND_BODY
+            and not self._buffer
+            and self._body_queued + len(data) <= self._body_left
+        ):
+            # Body only: kept as received, to be given out whole.
+            self._body_chunks.append(data)
+            self._body_queued += len(data)
+        else:
+            self._buffer += data
 
     # Reading.
 
@@ -211,6 +223,12 @@ class PlainCodec:
                 self.their_state = State.DONE
                 self.waiting_for_100_continue = False
                 return Marker.END
+            if self._body_chunks:
+                data = self._body_chunks.popleft()
+                self._body_queued -= len(data)
+                self._body_left = left - len(data)
+                self.waiting_for_100_continue = False
+                return data
             buffer = self._buffer
             if buffer:
                 if len(buffer) <= left:

@@ -64,6 +64,24 @@ def test_body_arriving_in_pieces_and_a_pipelined_request() -> None:
     assert (end, need) == (Marker.END, Marker.NEED_DATA)
 
 
+def test_body_pieces_after_the_head_are_given_out_as_received() -> None:
+    codec = PlainCodec()
+    head = PUT[: PUT.index(b"hello")]
+    codec.receive_data(head)
+    [request, need] = events(codec)
+    assert isinstance(request, Request) and need is Marker.NEED_DATA
+    piece = b"he"
+    codec.receive_data(piece)
+    codec.receive_data(b"l")
+    assert codec.trailing_data == (b"hel", False)
+    first, second, need = events(codec)
+    assert first is piece, "not copied"
+    assert (second, need) == (b"l", Marker.NEED_DATA)
+    codec.receive_data(b"lo" + GET)  # The body's end and the next request: buffered.
+    assert events(codec) == [b"lo", Marker.END, Marker.PAUSED]
+    assert codec.trailing_data == (GET, False)
+
+
 def test_100_continue_until_the_body_or_a_response() -> None:
     codec = PlainCodec()
     codec.receive_data(PUT[: PUT.index(b"hello")])
