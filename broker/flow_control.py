@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Generator
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -59,29 +59,23 @@ class MinRateGuard:
         self._window_bytes = 0
         self._required = 0
 
-    async def receive(self, receive: Awaitable[T]) -> T:
+    def receive(self, receive: Awaitable[T]) -> Awaitable[T]:
         """Await `receive` (the client's next message), aborting if the client falls behind.
 
         `receive` runs in the caller's task under one deadline: the end of the current window, or of
         the next one if this one is satisfied already (with nothing arriving meanwhile, that one
-        cannot be). A message that is already there is taken without the event loop's help.
+        cannot be). A message that is already there is taken without arming the deadline.
         """
         if self.rate <= 0:
-            return await receive
+            return receive
+        return _Guarded(self, receive)
+
+    def _budget(self) -> float:
+        """Seconds of waiting on the client left before the deadline."""
         budget = self._window_end - self._waited
         if self._window_bytes >= self._required:
             budget += 1.0
-        start = time.monotonic()
-        deadline = asyncio.timeout(max(budget, 0.0))
-        try:
-            async with deadline:
-                return await receive
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # The receive's own TimeoutError: not the client falling behind.
-            raise MinRateError("client stream didn't sustain the minimum append data rate") from None
-        finally:
-            self._advance(time.monotonic() - start)
+        return max(budget, 0.0)
 
     def received(self, n: int) -> None:
         """Count `n` bytes received from the client."""
@@ -95,3 +89,58 @@ class MinRateGuard:
             self._window_end += 1.0
             self._window_bytes = 0
             self._required = self.rate
+
+
+
+class _Guarded(Generic[T]):
+    """MinRateGuard.receive's awaitable. It steps `receive` once by hand: a message already there
+    costs no timer. Only if `receive` suspends is the deadline armed (a timer that cancels the
+    task, as asyncio.timeout's does), and the rest of `receive` awaited as `yield from` would."""
+
+    __slots__ = ("_guard", "_receive")
+
+    def __init__(self, guard: MinRateGuard, receive: Awaitable[T]) -> None:
+        self._guard = guard
+        self._receive = receive
+
+    def __await__(self) -> Generator[Any, None, T]:
+        guard = self._guard
+        steps = self._receive.__await__()
+        start = time.monotonic()
+        try:
+            try:
+                waiting_on = steps.send(None)
+            except StopIteration as done:
+                return cast(T, done.value)
+            task = asyncio.current_task()
+            assert task is not None
+            cancelling = task.cancelling()
+            expired = False
+
+            def expire() -> None:
+                nonlocal expired
+                expired = True
+                task.cancel()
+
+            deadline = asyncio.get_running_loop().call_later(guard._budget(), expire)
+            try:
+                while True:
+                    try:
+                        yield waiting_on
+                    except GeneratorExit:
+                        steps.close()
+                        raise
+                    except BaseException as exc:  # Thrown into the task (its cancellation): pass it on.
+                        waiting_on = steps.throw(exc)
+                    else:
+                        waiting_on = steps.send(None)
+            except StopIteration as done:
+                return cast(T, done.value)
+            except asyncio.CancelledError:
+                if expired and task.uncancel() <= cancelling:
+                    raise MinRateError("client stream didn't sustain the minimum append data rate") from None
+                raise
+            finally:
+                deadline.cancel()
+        finally:
+            guard._advance(time.monotonic() - start)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -76,3 +77,67 @@ async def test_min_rate_guard_cuts_off_a_silent_client() -> None:
     guard = MinRateGuard(1024, grace=0.05)
     with pytest.raises(MinRateError):
         await guard.receive(never)
+
+
+async def test_min_rate_guard_takes_a_message_already_there_without_a_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []  # Each timer's delay.
+    call_at = loop.call_at
+
+    def counted(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        timers.append(when - loop.time())
+        return call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counted)  # Where every timer of the loop is made.
+
+    async def there() -> bytes:
+        return b"message"
+
+    guard = MinRateGuard(1024)
+    assert await guard.receive(there()) == b"message"
+    assert timers == []
+
+    # One that has to wait is awaited under the deadline: the end of the window after the grace
+    # second (which requires nothing, so is satisfied already).
+    arriving = loop.create_future()
+    loop.call_soon(arriving.set_result, b"later")
+    assert await guard.receive(arriving) == b"later"
+    assert len(timers) == 1 and 1.9 < timers[0] <= 2.0
+
+
+async def test_min_rate_guard_deadline_is_disarmed_once_the_message_arrives() -> None:
+    guard = MinRateGuard(1024, grace=0.05)
+    arriving = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_later(0.01, arriving.set_result, b"in time")
+    assert await guard.receive(arriving) == b"in time"
+    await asyncio.sleep(0.1)  # Past the deadline: nothing cancels this task.
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_min_rate_guard_passes_on_a_cancellation_to_the_receive() -> None:
+    cleaned_up = asyncio.Event()
+
+    async def waits() -> bytes:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaned_up.set()
+        return b"never"
+
+    guard = MinRateGuard(1024)
+    receiving = asyncio.ensure_future(guard.receive(waits()))
+    await asyncio.sleep(0.01)
+    receiving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await receiving
+    assert cleaned_up.is_set(), "the receive saw the cancellation"
+
+
+async def test_min_rate_guard_cut_off_leaves_the_task_uncancelled() -> None:
+    guard = MinRateGuard(1024, grace=0.02)
+    with pytest.raises(MinRateError):
+        await guard.receive(asyncio.get_running_loop().create_future())
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # Not cancelled: the task goes on.
