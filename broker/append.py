@@ -399,11 +399,13 @@ class Append:
                     landing.append((asyncio.gather(local, digesting.submit(digest.update, content)), len(content)))
                     landing_bytes += len(content)
                 else:
-                    await land(0)
-                    await pipeline.scatter(pb.ReplicateRequest(content=bytes(content), content_delta=total))
+                    if landing:
+                        await land(0)
+                    await pipeline.scatter_small_content(content, total)
                     digest.update(content)
                 total += len(content)
-            await land(0)
+            if landing:
+                await land(0)
 
             modifies = bool(req.union_registers.labels or req.subtract_registers.labels)
             if modifies and total == 0:

@@ -41,8 +41,11 @@ class InOrder:
 
     async def settle(self) -> None:
         """Wait until every submitted call has ended, failed or not; then forget any failure."""
-        if self._last is not None:
-            await asyncio.gather(self._last, return_exceptions=True)
+        last = self._last
+        if last is not None:
+            await asyncio.gather(last, return_exceptions=True)
+            if self._last is last:
+                self._last = None  # Settled: the next settle() has nothing to wait for.
         self._failed = None
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -98,6 +98,14 @@ class Pipeline:
                 raise
         return local
 
+    async def scatter_small_content(self, content: bytes | memoryview, delta: int) -> None:
+        """Send small content to every peer and apply it to the local spool, on the event loop (as
+        `scatter` a content message, without building one when there is no peer)."""
+        await self._local.settle()  # Content applied in threads lands first.
+        if self._streams:
+            await self._send(pb.ReplicateRequest(content=bytes(content), content_delta=delta))
+        self.spool.apply_content(delta, content)
+
     async def settle(self) -> None:
         """Wait until content applied in worker threads has landed in the local spool."""
         await self._local.settle()
