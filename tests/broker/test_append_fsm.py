@@ -848,16 +848,9 @@ async def test_commit_cancelled_midway_leaves_no_acknowledgement_for_a_later_app
     assert a.replica(J).spool.delta == 0
 
     # The peer refuses the next append's commit: that append fails, and none after it.
-    peer = b.replica(J).spool
-
-    async def diverging() -> AsyncIterator[bytes]:
-        yield b"abc"
-        await eventually(lambda: peer.delta == 3, "the peer received the content")
-        peer.apply(pb.ReplicateRequest(content=b"zz", content_delta=3))
-
     fsm = await prepared(a)
     with pytest.raises(PipelineError, match="peer broker-b replied PROPOSAL_MISMATCH"):
-        await fsm.stream(diverging())
+        await fsm.stream(diverging_on(b))
     assert a.replica(J).pipeline is None, "the broken pipeline is dropped"
     resp = await append(a, J, b"next")
     assert resp.status == pb.OK
@@ -866,6 +859,15 @@ async def test_commit_cancelled_midway_leaves_no_acknowledgement_for_a_later_app
 
 
 # --- ReadAcknowledgements: peers that fail ----------------------------------------------------------
+
+
+async def diverging_on(peer: InProcessBroker) -> AsyncIterator[bytes]:
+    """An append's content `abc`; once `peer` has it, its spool gains bytes the primary never sent,
+    so that it cannot agree on the commit."""
+    spool = peer.replica(J).spool
+    yield b"abc"
+    await eventually(lambda: spool.delta == 3, "the peer received the content")
+    spool.apply(pb.ReplicateRequest(content=b"zz", content_delta=3))
 
 
 def stream_ended(fsm: Append, peer: InProcessBroker) -> Callable[[], bool]:
@@ -882,16 +884,9 @@ async def test_peer_disagreeing_on_the_commit_fails_the_append(
     await new_journal(inproc_cluster, a, b)
     assert (await append(a, J, b"kept")).status == pb.OK
     peer = b.replica(J).spool
-
-    async def diverging() -> AsyncIterator[bytes]:
-        yield b"abc"
-        await eventually(lambda: peer.delta == 3, "the peer received the content")
-        # The peer's spool now holds bytes the primary never sent: it cannot agree on the commit.
-        peer.apply(pb.ReplicateRequest(content=b"zz", content_delta=3))
-
     fsm = await prepared(a)
     with pytest.raises(PipelineError, match="peer broker-b replied PROPOSAL_MISMATCH"):
-        await fsm.stream(diverging())
+        await fsm.stream(diverging_on(b))
     assert not a.replica(J).lock.locked()
     assert a.replica(J).pipeline is None, "the broken pipeline is dropped"
     await eventually(lambda: peer.delta == 0, "the peer rolled back when the pipeline closed")
