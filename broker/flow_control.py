@@ -91,7 +91,6 @@ class MinRateGuard:
             self._required = self.rate
 
 
-
 class _Guarded(Generic[T]):
     """MinRateGuard.receive's awaitable. It steps `receive` once by hand: a message already there
     costs no timer. Only if `receive` suspends is the deadline armed (a timer that cancels the
@@ -137,10 +136,14 @@ class _Guarded(Generic[T]):
             except StopIteration as done:
                 return cast(T, done.value)
             except asyncio.CancelledError:
-                if expired and task.uncancel() <= cancelling:
-                    raise MinRateError("client stream didn't sustain the minimum append data rate") from None
+                if expired:
+                    expired = False  # Its cancellation is taken back here.
+                    if task.uncancel() <= cancelling:
+                        raise MinRateError("client stream didn't sustain the minimum append data rate") from None
                 raise
             finally:
                 deadline.cancel()
+                if expired:
+                    task.uncancel()  # `receive` ended otherwise, though the deadline cancelled the task.
         finally:
             guard._advance(time.monotonic() - start)
