@@ -266,3 +266,33 @@ def test_large_content_sha1(tmp_path: Path) -> None:
     ok(spool.apply(proposal(nxt)))
     assert read_all(spool.fragment) == data
     assert spool.fragment.file is not None and spool.fragment.file.read_at(len(data) - 10, 100) == data[-10:]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["none", "journal", "begin", "end", "sum", "zero sum", "codec", "backing_store", "mod_time", "path_postfix"],
+)
+def test_a_commit_is_recognized_as_next_would_be(tmp_path: Path, change: str) -> None:
+    # The commit check compares a proposal with the pending fragment without building it: it must
+    # agree with comparing next() field by field, whichever field differs.
+    spool, _ = new_spool(tmp_path)
+    spool.apply(proposal(empty(0)))
+    spool.apply(content(b"first", 0))
+    spool.apply(proposal(spool.next()))
+    spool.apply(content(b"second", 0))
+    p = spool.next()
+    if change == "journal":
+        p.journal = "other/journal"
+    elif change in ("begin", "end"):
+        setattr(p, change, getattr(p, change) + 1)
+    elif change == "sum":
+        p.sum.part3 ^= 1
+    elif change == "zero sum":
+        p.sum.CopyFrom(pb.SHA1Sum())
+    elif change == "codec":
+        p.compression_codec = pb.GZIP
+    elif change != "none":
+        setattr(p, change, 7 if change == "mod_time" else "x")
+    assert spool._is_next(p) == spec_equal(spool.next(), p) == (change == "none")
+    resp = spool.apply(proposal(p))
+    assert (resp.status == pb.OK) == (change == "none")
