@@ -150,11 +150,14 @@ def spec_equal(a: pb.Fragment, b: pb.Fragment) -> bool:
     Protobuf equality also compares the presence of `sum`, which Go's non-nullable field lacks:
     an absent sum and an all-zero one are the same fragment.
     """
+    return a.end == b.end and digest_of(a.sum) == digest_of(b.sum) and equal_but_end_and_sum(a, b)
+
+
+def equal_but_end_and_sum(a: pb.Fragment, b: pb.Fragment) -> bool:
+    """Whether two protocol Fragments agree in every field but the two a commit changes."""
     return (
         a.journal == b.journal
         and a.begin == b.begin
-        and a.end == b.end
-        and digest_of(a.sum) == digest_of(b.sum)
         and a.compression_codec == b.compression_codec
         and a.backing_store == b.backing_store
         and a.mod_time == b.mod_time

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from broker.fragment.errors import ContentDeltaError
-from broker.fragment.fragment import Fragment, SpoolFile, spec_equal
+from broker.fragment.fragment import Fragment, SpoolFile, equal_but_end_and_sum, spec_equal
 from broker.fragment.sums import DIGEST_SIZE, digest_of, sha1sum_from_digest
 from broker.protocol import pb
 
@@ -101,28 +101,23 @@ class Spool:
         f = pb.Fragment()
         f.CopyFrom(self.fragment.spec)
         f.end += self.delta
-        if f.begin == f.end:
-            f.sum.CopyFrom(pb.SHA1Sum())  # Empty fragments carry the zero sum, not SHA-1 of b"".
-        else:
-            f.sum.CopyFrom(sha1sum_from_digest(self._summer.digest()))
+        f.sum.CopyFrom(sha1sum_from_digest(self._next_digest()))
         return f
+
+    def _next_digest(self) -> bytes:
+        """The digest of next()'s sum: all zero for an empty fragment (not SHA-1 of b""), else the
+        SHA-1 of its content."""
+        spec = self.fragment.spec
+        return bytes(DIGEST_SIZE) if spec.begin == spec.end + self.delta else self._summer.digest()
 
     def _is_next(self, proposal: pb.Fragment) -> bool:
         """`spec_equal(self.next(), proposal)`, without building the fragment (once per commit)."""
         spec = self.fragment.spec
-        end = spec.end + self.delta
-        if (
-            proposal.end != end
-            or proposal.begin != spec.begin
-            or proposal.journal != spec.journal
-            or proposal.compression_codec != spec.compression_codec
-            or proposal.backing_store != spec.backing_store
-            or proposal.mod_time != spec.mod_time
-            or proposal.path_postfix != spec.path_postfix
-        ):
-            return False
-        expected = bytes(DIGEST_SIZE) if spec.begin == end else self._summer.digest()
-        return digest_of(proposal.sum) == expected
+        return (
+            proposal.end == spec.end + self.delta
+            and equal_but_end_and_sum(spec, proposal)
+            and digest_of(proposal.sum) == self._next_digest()
+        )
 
     def _apply_content(self, content_delta: int, content: bytes | memoryview) -> None:
         if content_delta != self.delta:
