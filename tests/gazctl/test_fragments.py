@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import time
 
@@ -41,6 +42,17 @@ def _wait_persisted(stub: pb_grpc.JournalStub, journal: str, count: int, timeout
             return
         time.sleep(0.1)
     raise TimeoutError(f"{journal} has no {count} persisted fragments: {resp}")
+
+
+def _wait_aged(stub: pb_grpc.JournalStub, journal: str, count: int, before: float, timeout: float = 20.0) -> None:
+    """Block until a refresh of the broker's listing shows `count` fragments of `journal` modified before `before`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        resp = stub.ListFragments(pb.FragmentsRequest(journal=journal))
+        if sum(1 for f in resp.fragments if f.spec.backing_store and f.spec.mod_time < before) == count:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{journal} has no {count} fragments modified before {before}: {resp}")
 
 
 def _rows(stdout: str) -> list[list[str]]:
@@ -119,18 +131,22 @@ def test_from_to(broker: BrokerProcess, listed: str) -> None:
 def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     journal = "prune/a"
     assert broker.file_root is not None
-    assert apply_specs(stub, _spec(journal, retention=4)).status == pb.OK
+    assert apply_specs(stub, _spec(journal, retention=3600)).status == pb.OK
     wait_for_primary(stub, journal)
     for chunk in CHUNKS:
         _append(stub, journal, chunk)
-    _wait_persisted(stub, journal, 2)
-    time.sleep(4.5)
     _append(stub, journal, b"d" * 1000)
-    _append(stub, journal, b"e" * 10)  # Rolls and persists [1143, 2243): younger than the retention.
+    _append(stub, journal, b"e" * 10)  # Rolls and persists [1143, 2243).
     _wait_persisted(stub, journal, 3)
     directory = broker.file_root / journal
     before = sorted(p.name for p in directory.iterdir())
     assert len(before) == 3
+    # The two oldest are made two hours old (the file store's mod_time is the file's), the third
+    # stays younger than the hour of retention however slowly the rest of the test runs.
+    aged = time.time() - 7200
+    for name in before[:2]:
+        os.utime(directory / name, (aged, aged))
+    _wait_aged(stub, journal, 2, before=aged + 1)
 
     dry = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--dry-run", "--log.level", "info"))
     lines = [line.split("\t") for line in dry.stdout.splitlines()]
