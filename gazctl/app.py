@@ -1,10 +1,21 @@
-"""The `gazctl` command-line tool: its root command, shared options, and `main()`."""
+"""The `gazctl` command-line tool: its root command, shared options, and `main()`.
+
+Each command's module is imported when the command runs (or when the root's help lists them):
+gazctl starts once per command a user or script types, and most commands need few of the
+others' libraries (jinja2 and the GitOps planner, the recovery log player, the Spark pipeline
+definitions): importing them all took a third of its start-up.
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
-from gazctl.commands import attach_uuids, auth, gitops, journals, pipelines, print_config, shards
+import typer
+import typer.core
+import typer.main
+
 from gazctl.commands.common import (
     CONSUMER_ADDRESS_FLAG,
     CREDENTIAL_FLAGS,
@@ -14,6 +25,7 @@ from gazctl.commands.common import (
     BrokerCertFileOption,
     BrokerCertKeyFileOption,
     BrokerTrustedCAFileOption,
+    ConsumerAddressOption,
     ConsumerAuthKeysOption,
     ConsumerAuthTokenOption,
     ConsumerCertFileOption,
@@ -24,7 +36,67 @@ from gazctl.commands.common import (
     LogLevelOption,
     credential_options,
 )
-from gazctl.commands.shards._client import ConsumerAddressOption
+
+COMMANDS = {
+    "attach-uuids": "gazctl.commands.attach_uuids",
+    "print-config": "gazctl.commands.print_config",
+    "plan": "gazctl.commands.gitops",
+    "sync": "gazctl.commands.gitops",
+    "journals": "gazctl.commands.journals",
+    "shards": "gazctl.commands.shards",
+    "auth": "gazctl.commands.auth",
+    "pipelines": "gazctl.commands.pipelines",
+}
+"""The root's commands, in the order its help lists them, and the module of each: a module adds
+its commands to a Typer with `register(app)`, or is a group whose Typer is its `app`."""
+
+
+def load_command(name: str) -> Any:
+    """The click command `name` of the root, built from its module (see COMMANDS)."""
+    module = importlib.import_module(COMMANDS[name])
+    holder = typer.Typer(add_completion=False)
+    holder.callback()(lambda: None)  # A group even when the module adds one command.
+    register = getattr(module, "register", None)
+    if register is not None:
+        register(holder)
+    else:
+        holder.add_typer(module.app, name=name)
+    group: Any = typer.main.get_command(holder)
+    return group.commands[name]
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """The root group's commands, each loaded at its first lookup."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._loaded[name] = load_command(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("the root's commands are fixed")
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (name for name in self._loaded if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(1 for name in self._loaded if name not in COMMANDS)
+
+
+class _RootGroup(typer.core.TyperGroup):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands()
+
 
 app = typer.Typer(
     name="gazctl",
@@ -32,14 +104,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_RootGroup,
 )
-app.add_typer(journals.app, name="journals")
-app.add_typer(shards.app, name="shards")
-app.add_typer(auth.app, name="auth")
-attach_uuids.register(app)
-print_config.register(app)
-gitops.register(app)
-pipelines.register(app)
 
 
 @app.callback()

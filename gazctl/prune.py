@@ -15,14 +15,17 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from broker.client import JournalClient, list_fragments
 from broker.fragment.names import content_name, content_path
 from broker.protocol import pb
 from broker.stores import StoreError, StoreRegistry
-from consumer.recoverylog import FSMHints, live_log_segments
 from gazctl.errors import GazctlError
+
+if TYPE_CHECKING:
+    from consumer.recoverylog import FSMHints
 
 log = logging.getLogger("gazctl")
 
@@ -161,6 +164,8 @@ def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: S
     segment when `seg.first_offset < frag.end` and `seg.last_offset > frag.begin` (0 meaning
     unbounded). Unpersisted fragments (in brokers' spools only) are kept.
     """
+    from consumer.recoverylog import live_log_segments  # Only `shards prune` needs the recovery log.
+
     segments: list[tuple[int, int]] = []
     for hints in hint_sets:
         _, live = live_log_segments(hints)

@@ -12,15 +12,16 @@ import asyncio
 import posixpath
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
-
-import urllib3
 
 from broker.client.errors import FragmentReadError, UnexpectedEOF
 from broker.errors import ConfigError
 from broker.fragment.codecs import CodecError, Decompressor, decompressor
 from broker.protocol import pb
+
+if TYPE_CHECKING:
+    import urllib3
 
 READ_CHUNK = 1 << 20
 """Raw bytes read from the store per step."""
@@ -48,6 +49,10 @@ class _HttpBody:
 
 
 def _http() -> urllib3.PoolManager:
+    """The process's pool, made at the first http(s) fragment read (importing urllib3 then: it is
+    40 ms of the start-up of every process that reads journals, and most never fetch a URL)."""
+    import urllib3
+
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -160,6 +165,8 @@ def _open_http(url: str, fragment: pb.Fragment) -> tuple[RawSource, int]:
         headers["Accept-Encoding"] = "identity"
     elif codec == pb.GZIP:
         headers["Accept-Encoding"] = "gzip"
+    import urllib3
+
     try:
         resp = _http().request(
             "GET", url, headers=headers, preload_content=False, decode_content=False,

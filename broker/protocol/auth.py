@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import functools
 import threading
 import time
 import warnings
@@ -31,16 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import grpc
-import jwt
 from google.protobuf import json_format
 
 from broker.errors import AuthError
 from broker.protocol import labels, pb
-
-# Gazette takes keys of any length; PyJWT warns of HMAC keys shorter than the hash on every use.
-_SHORT_KEY_WARNING = getattr(getattr(jwt, "warnings", None), "InsecureKeyLengthWarning", None)
-if _SHORT_KEY_WARNING is not None:
-    warnings.filterwarnings("ignore", category=_SHORT_KEY_WARNING)
 
 ALLOW_MISSING_KEY = "AA=="
 """The special key that lets requests without an Authorization header through."""
@@ -184,9 +179,12 @@ class KeyedAuth:
     def __init__(self, keys: str) -> None:
         self.keys, self.allow_missing = parse_keys(keys)
         self._verified: dict[str, Claims] = {}
+        _load_jwt()
 
     def sign(self, claims: Claims, ttl: float = TOKEN_TTL, *, now: float | None = None) -> str:
         """A token of `claims` issued now, expiring in `ttl` seconds, signed HS256 with the first key."""
+        import jwt
+
         issued = int(time.time() if now is None else now)
         payload = Claims(claims.capability, claims.selector, issued, issued + max(1, int(ttl))).payload()
         return jwt.encode(payload, self.keys[0], algorithm="HS256")
@@ -211,6 +209,8 @@ class KeyedAuth:
         return claims
 
     def _decode(self, token: str) -> Claims:
+        import jwt
+
         error: Exception | None = None
         for key in self.keys:
             try:
@@ -229,7 +229,21 @@ class KeyedAuth:
         raise AuthError(f"verifying Authorization: {_jwt_reason(error)}") from None
 
 
+@functools.cache
+def _load_jwt() -> None:
+    """Import PyJWT, on first use: it imports `cryptography` (60 ms of every process's start-up,
+    gazctl's too), which a process without auth keys never needs."""
+    import jwt
+
+    # Gazette takes keys of any length; PyJWT warns of HMAC keys shorter than the hash on every use.
+    short_key_warning = getattr(getattr(jwt, "warnings", None), "InsecureKeyLengthWarning", None)
+    if short_key_warning is not None:
+        warnings.filterwarnings("ignore", category=short_key_warning)
+
+
 def _jwt_reason(exc: Exception | None) -> str:
+    import jwt
+
     if isinstance(exc, jwt.ExpiredSignatureError):
         return "token has expired"
     if isinstance(exc, jwt.InvalidSignatureError):

@@ -110,6 +110,16 @@ BrokerAuthKeysOption = Annotated[
     _credential_option("--broker.auth-keys", "BROKER_AUTH_KEYS", BROKER_SECTION, "AuthKeys",
                        "Base64 keys of the brokers' --broker.auth-keys, to sign tokens with (instead of a token)"),
 ]
+ConsumerAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--consumer.address",
+        help="URL of a `gazette consume` process (it listens on a random port unless given --consumer.port)"
+        " [env: CONSUMER_ADDRESS; INI: \\[shards.Consumer] Address; default: http://localhost:8080]",
+        show_default=False,
+        rich_help_panel=GLOBAL_PANEL,
+    ),
+]
 ConsumerAuthTokenOption = Annotated[
     str | None,
     _credential_option("--consumer.auth-token", "CONSUMER_AUTH_TOKEN", "shards.Consumer", "AuthToken",

@@ -33,6 +33,7 @@ from consumer.protocol import pb as cpb
 from gazctl.commands.common import (
     GLOBAL_PANEL,
     BrokerAddressOption,
+    ConsumerAddressOption,
     LogFormatOption,
     LogLevelOption,
     Settings,
@@ -41,7 +42,6 @@ from gazctl.commands.common import (
     setup,
 )
 from gazctl.commands.shards import _client as shard_client
-from gazctl.commands.shards._client import ConsumerAddressOption
 from gazctl.specs.gitops import render, source, sync, tree
 from gazctl.specs.gitops.errors import GitOpsError, StalePlan
 from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Kind, Plan, make_plan

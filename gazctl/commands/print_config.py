@@ -9,6 +9,7 @@ import typer
 from gazctl.commands.common import (
     LOG_SECTION,
     BrokerAddressOption,
+    ConsumerAddressOption,
     LogFormatOption,
     LogLevelOption,
     Settings,
@@ -16,7 +17,6 @@ from gazctl.commands.common import (
     resolve_consumer,
     setup,
 )
-from gazctl.commands.shards._client import ConsumerAddressOption
 from gazctl.config import (
     ADDRESS_KEY,
     BROKER_ADDRESS_ENV,

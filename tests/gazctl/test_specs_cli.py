@@ -14,7 +14,7 @@ from google.protobuf import text_format
 
 from broker.protocol import pb
 from gazctl.app import app
-from tests.harness import ROOT, BrokerProcess, run_gazctl
+from tests.harness import ROOT, BrokerProcess, gazctl_env, run_gazctl
 
 TREE = """\
 # Two topics under one directory.
@@ -267,3 +267,31 @@ def test_every_command_and_flag_has_help() -> None:
                 assert param.help, (name, param.opts)
     done = run_gazctl(None, "journals", "read", "--help")
     assert done.returncode == 0 and "Usage:" in done.stdout
+
+
+_LOADED = """
+import sys
+from gazctl.app import main
+sys.argv = ["gazctl", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+heavy = ("jinja2", "gazctl.commands.gitops", "consumer.recoverylog", "pipelines.definitions", "jwt", "urllib3")
+print(" ".join(m for m in heavy if m in sys.modules), file=sys.stderr)
+"""
+
+
+def _loaded_by(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", _LOADED, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=gazctl_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(done.stderr.split())
+
+
+def test_a_command_imports_only_what_it_runs() -> None:
+    # gazctl starts once per command typed: `journals list` must not pay for the GitOps planner
+    # (jinja2), the recovery log player, Spark pipelines, or auth and fragment-URL libraries.
+    assert _loaded_by("journals", "list", "--help") == set()
+    assert _loaded_by("plan", "--help") >= {"jinja2", "gazctl.commands.gitops"}
+    assert _loaded_by("shards", "--help") >= {"consumer.recoverylog"}

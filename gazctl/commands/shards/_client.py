@@ -24,7 +24,7 @@ from broker.protocol import pb as bpb
 from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb, pb_grpc
 from consumer.protocol.validation import validate_list_request
-from gazctl.commands.common import GLOBAL_PANEL, credentials, resolve_consumer
+from gazctl.commands.common import credentials, resolve_consumer
 from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
@@ -34,16 +34,6 @@ T = TypeVar("T")
 MAX_MESSAGE_SIZE = 16 << 20
 """As Gazette's gazctl, replies of up to 16 MiB are accepted."""
 
-ConsumerAddressOption = Annotated[
-    str | None,
-    typer.Option(
-        "--consumer.address",
-        help="URL of a `gazette consume` process (it listens on a random port unless given --consumer.port)"
-        " [env: CONSUMER_ADDRESS; INI: \\[shards.Consumer] Address; default: http://localhost:8080]",
-        show_default=False,
-        rich_help_panel=GLOBAL_PANEL,
-    ),
-]
 SelectorOption = Annotated[
     str,
     typer.Option(

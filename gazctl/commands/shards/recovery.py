@@ -21,10 +21,16 @@ from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log
 from consumer.recoverylog import FSMHints, Player, RecoveryLogError, pick_first_hints
 from gazctl.bounded import map_bounded
-from gazctl.commands.common import BrokerAddressOption, LogFormatOption, LogLevelOption, reported, setup
+from gazctl.commands.common import (
+    BrokerAddressOption,
+    ConsumerAddressOption,
+    LogFormatOption,
+    LogLevelOption,
+    reported,
+    setup,
+)
 from gazctl.commands.shards._app import app
 from gazctl.commands.shards._client import (
-    ConsumerAddressOption,
     RequiredSelectorOption,
     ShardClient,
     parse_shard_selector,

@@ -23,6 +23,7 @@ from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
 from gazctl.commands.common import (
     BrokerAddressOption,
+    ConsumerAddressOption,
     LogFormatOption,
     LogLevel,
     LogLevelOption,
@@ -33,7 +34,6 @@ from gazctl.commands.common import (
 from gazctl.commands.journals.specs import _read_specs
 from gazctl.commands.shards._app import app
 from gazctl.commands.shards._client import (
-    ConsumerAddressOption,
     MaxTxnSizeOption,
     RequiredSelectorOption,
     SelectorOption,

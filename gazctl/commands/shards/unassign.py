@@ -9,10 +9,9 @@ from typing import Annotated
 
 import typer
 
-from gazctl.commands.common import LogFormatOption, LogLevelOption, reported, setup
+from gazctl.commands.common import ConsumerAddressOption, LogFormatOption, LogLevelOption, reported, setup
 from gazctl.commands.shards._app import app
 from gazctl.commands.shards._client import (
-    ConsumerAddressOption,
     RequiredSelectorOption,
     ShardClient,
     require_shard_selector,
