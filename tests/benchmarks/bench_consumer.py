@@ -202,6 +202,7 @@ class Result:
     derived_throughput: int = 0
     latency_inputs: int = 0
     latency_seconds: float = 0.0
+    latency_cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)  # CPU s per s: consumer, broker, this process.
     derived_total: int = 0
     latencies_ms: list[float] = field(default_factory=list)
 
@@ -419,7 +420,11 @@ async def measure(args: argparse.Namespace, broker: BrokerProcess, consumer: Con
                 await asyncio.sleep(0.05)
             r.derived_throughput = r.derived_total
             log(f"latency: {args.rate:,.0f} messages/s for {args.seconds:g} s")
+            cpu0 = (cpu_seconds(consumer.proc.pid), cpu_seconds(broker.proc.pid), cpu_seconds(os.getpid()))
             await latency(svc, journals, keys, args.rate, args.seconds, args.warmup, since_ns, r)
+            cpu1 = (cpu_seconds(consumer.proc.pid), cpu_seconds(broker.proc.pid), cpu_seconds(os.getpid()))
+            c, b, m = ((after - before) / r.latency_seconds for before, after in zip(cpu0, cpu1, strict=True))
+            r.latency_cpu = (c, b, m)
             expect = (r.consumed + r.latency_inputs) // EVERY
             deadline = time.monotonic() + 10
             while r.derived_total < expect and time.monotonic() < deadline:
@@ -542,6 +547,7 @@ def print_report(args: argparse.Namespace, r: Result) -> bool:
     row("p50", f"{p50:.1f} ms")
     row("p99", f"{p99:.1f} ms", f"<= {GOAL_P99_MS:g} ms", verdict(ok_p99))
     row("max", f"{max(r.latencies_ms, default=float('nan')):.1f} ms")
+    row("CPU s per s: consumer / broker / this process", "{:.2f} / {:.2f} / {:.2f}".format(*r.latency_cpu))
     expect = (r.consumed + r.latency_inputs) // EVERY
     row("derived messages in all (expected)", f"{r.derived_total:,} ({expect:,})", "exactly",
         verdict(r.derived_total == expect))
