@@ -51,7 +51,7 @@ COMMANDS = {
 its commands to a Typer with `register(app)`, or is a group whose Typer is its `app`."""
 
 
-def load_command(name: str) -> Any:
+def _load_command(name: str) -> Any:
     """The click command `name` of the root, built from its module (see COMMANDS)."""
     module = importlib.import_module(COMMANDS[name])
     holder = typer.Typer(add_completion=False)
@@ -75,7 +75,7 @@ class _LazyCommands(MutableMapping[str, Any]):
         if name not in self._loaded:
             if name not in COMMANDS:
                 raise KeyError(name)
-            self._loaded[name] = load_command(name)
+            self._loaded[name] = _load_command(name)
         return self._loaded[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -95,7 +95,9 @@ class _LazyCommands(MutableMapping[str, Any]):
 class _RootGroup(typer.core.TyperGroup):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.commands = _LazyCommands()
+        lazy = _LazyCommands()
+        lazy.update(self.commands)  # Any command registered on `app` itself.
+        self.commands = lazy
 
 
 app = typer.Typer(
