@@ -30,6 +30,7 @@ from rich.console import Console
 from broker.client import apply_transactions
 from broker.protocol import pb
 from consumer.protocol import pb as cpb
+from gazctl import shard_client
 from gazctl.commands.common import (
     GLOBAL_PANEL,
     BrokerAddressOption,
@@ -41,7 +42,6 @@ from gazctl.commands.common import (
     resolve_consumer,
     setup,
 )
-from gazctl.commands.shards import _client as shard_client
 from gazctl.specs.gitops import render, source, sync, tree
 from gazctl.specs.gitops.errors import GitOpsError, StalePlan
 from gazctl.specs.gitops.plan import DEFAULT_MAX_PRUNE, Kind, Plan, make_plan

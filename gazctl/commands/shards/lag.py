@@ -9,8 +9,8 @@ import dataclasses
 from broker.client import JournalClient, JournalNotFound
 from consumer.protocol import pb
 from gazctl.bounded import map_bounded
-from gazctl.commands.shards._client import ShardClient
 from gazctl.heads import write_head
+from gazctl.shard_client import ShardClient
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,15 +30,15 @@ from gazctl.commands.common import (
     setup,
 )
 from gazctl.commands.shards._app import app
-from gazctl.commands.shards._client import (
+from gazctl.errors import GazctlError
+from gazctl.prune import JournalPrune, all_fragments, log_fields, prune_plans, unhinted_fragments
+from gazctl.shard_client import (
     RequiredSelectorOption,
     ShardClient,
     parse_shard_selector,
     require_shard_selector,
     run,
 )
-from gazctl.errors import GazctlError
-from gazctl.prune import JournalPrune, all_fragments, log_fields, prune_plans, unhinted_fragments
 
 log = logging.getLogger("gazctl")
 

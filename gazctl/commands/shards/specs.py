@@ -33,7 +33,11 @@ from gazctl.commands.common import (
 )
 from gazctl.commands.journals.specs import _read_specs
 from gazctl.commands.shards._app import app
-from gazctl.commands.shards._client import (
+from gazctl.commands.shards.lag import SourceLag, fetch_lag
+from gazctl.editor import edit_until_applied
+from gazctl.errors import GazctlError
+from gazctl.protojson import message_to_dict
+from gazctl.shard_client import (
     MaxTxnSizeOption,
     RequiredSelectorOption,
     SelectorOption,
@@ -42,10 +46,6 @@ from gazctl.commands.shards._client import (
     require_shard_selector,
     run,
 )
-from gazctl.commands.shards.lag import SourceLag, fetch_lag
-from gazctl.editor import edit_until_applied
-from gazctl.errors import GazctlError
-from gazctl.protojson import message_to_dict
 from gazctl.specs import shardspace
 
 log = logging.getLogger("gazctl")

@@ -11,7 +11,7 @@ import typer
 
 from gazctl.commands.common import ConsumerAddressOption, LogFormatOption, LogLevelOption, reported, setup
 from gazctl.commands.shards._app import app
-from gazctl.commands.shards._client import (
+from gazctl.shard_client import (
     RequiredSelectorOption,
     ShardClient,
     require_shard_selector,

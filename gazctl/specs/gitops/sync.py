@@ -28,7 +28,7 @@ from gazctl.specs.gitops.plan import Action, Change, Kind, Plan, shard_sha1, spe
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, SPEC_SHA1
 
 if TYPE_CHECKING:
-    from gazctl.commands.shards._client import ShardClient
+    from gazctl.shard_client import ShardClient
 
 log = logging.getLogger("gazctl")
 

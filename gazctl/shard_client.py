@@ -1,5 +1,6 @@
-"""What the `gazctl shards` commands share: `--consumer.address`, the shard selector, and calls of
-the Shard API of a consumer process, whose failures become one-line GazctlErrors.
+"""What the `gazctl shards` commands and `plan`/`sync` share: the shard selector and calls of the
+Shard API of a consumer process, whose failures become one-line GazctlErrors. (Outside the
+`shards` command package, so that `plan` and `sync` run without importing its commands.)
 
 The consumer address is the first of `--consumer.address` (after the command, else before it),
 `$CONSUMER_ADDRESS`, `Address` of `[shards.Consumer]` in the first gazctl.ini found, and Gazette's
