@@ -52,14 +52,6 @@ RequiredSelectorOption = Annotated[
         show_default=False,
     ),
 ]
-MaxTxnSizeOption = Annotated[
-    int,
-    typer.Option(
-        "--max-txn-size",
-        min=0,
-        help="Apply in transactions of at most this many changes (0: one transaction)",
-    ),
-]
 
 STALE_REVISION_HINT = (
     " (a shard's current revision differs from the spec's `revision`: it was changed, created or"

@@ -110,6 +110,14 @@ BrokerAuthKeysOption = Annotated[
     _credential_option("--broker.auth-keys", "BROKER_AUTH_KEYS", BROKER_SECTION, "AuthKeys",
                        "Base64 keys of the brokers' --broker.auth-keys, to sign tokens with (instead of a token)"),
 ]
+MaxTxnSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--max-txn-size",
+        min=0,
+        help="Apply in transactions of at most this many changes (0: one transaction)",
+    ),
+]
 ConsumerAddressOption = Annotated[
     str | None,
     typer.Option(

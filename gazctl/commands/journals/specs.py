@@ -18,6 +18,7 @@ from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
     LogLevelOption,
+    MaxTxnSizeOption,
     RequiredSelectorOption,
     SelectorOption,
     Settings,
@@ -35,14 +36,6 @@ from gazctl.specs import journalspace
 
 log = logging.getLogger("gazctl")
 
-MaxTxnSizeOption = Annotated[
-    int,
-    typer.Option(
-        "--max-txn-size",
-        min=0,
-        help="Apply in transactions of at most this many changes (0: one transaction)",
-    ),
-]
 
 
 class ListFormat(StrEnum):

@@ -27,6 +27,7 @@ from gazctl.commands.common import (
     LogFormatOption,
     LogLevel,
     LogLevelOption,
+    MaxTxnSizeOption,
     reported,
     setup,
     stdout_console,
@@ -38,7 +39,6 @@ from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
 from gazctl.protojson import message_to_dict
 from gazctl.shard_client import (
-    MaxTxnSizeOption,
     RequiredSelectorOption,
     SelectorOption,
     ShardClient,
