@@ -49,6 +49,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -142,6 +143,29 @@ class ChannelClosed(Exception):
     """Sending to a closed MessageChannel."""
 
 
+class _Signal(asyncio.Event):
+    """An asyncio.Event that also resolves the one future watching it (`watch`) when it is set: the
+    transaction loop waits for the first of its timer, its channel and the prior barrier on one
+    future, where a task per Event and asyncio.wait cost it 28 us a wait against 7."""
+
+    _watcher: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        super().set()
+        _resolve(self._watcher)
+
+    def watch(self, fut: asyncio.Future[None] | None) -> None:
+        """Resolve `fut` when set (at once if set already); None stops watching."""
+        self._watcher = fut
+        if self.is_set():
+            _resolve(fut)
+
+
+def _resolve(fut: asyncio.Future[Any] | None, _done: object = None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
 class MessageChannel:
     """A bounded FIFO of envelopes (or reader errors) from readers to the transaction loop, which can close.
 
@@ -159,7 +183,7 @@ class MessageChannel:
         self._pos = 0
         self._len = 0
         self._closed = False
-        self._readable = asyncio.Event()
+        self._readable = _Signal()
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -267,6 +291,11 @@ class MessageChannel:
         """Wait until `poll()` would return an item or CLOSED."""
         await self._readable.wait()
 
+    def watch(self, fut: asyncio.Future[None] | None) -> None:
+        """Resolve `fut` once `poll()` would return an item or CLOSED (at once if it would now);
+        None stops watching."""
+        self._readable.watch(fut)
+
 
 # ---------------------------------------------------------------------------------------------
 # Timers.
@@ -306,7 +335,7 @@ class LoopTimer:
         self._now = now
         self._handle: asyncio.TimerHandle | None = None
         self._tick: int | None = None
-        self._fired = asyncio.Event()
+        self._fired = _Signal()
 
     def now(self) -> int:
         return self._now()
@@ -337,6 +366,10 @@ class LoopTimer:
 
     async def wait(self) -> None:
         await self._fired.wait()
+
+    def watch(self, fut: asyncio.Future[None] | None) -> None:
+        """Resolve `fut` once `poll()` would return a tick (at once if it would now); None stops watching."""
+        self._fired.watch(fut)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -809,6 +842,11 @@ class Transactions:
             txn.channel is not None and (len(txn.channel) or txn.channel.closed)
         ):
             return
+        watch_timer = getattr(self.timer, "watch", None)
+        if watch_timer is not None:
+            await self._wait_watching(txn, watch_timer)
+            return
+        # A TxnTimer without `watch` (a test's): a task per wait.
         waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.timer.wait())]
         if txn.channel is not None:
             waiters.append(asyncio.ensure_future(txn.channel.wait()))
@@ -820,6 +858,26 @@ class Transactions:
         finally:
             for w in waiters:
                 w.cancel()
+
+    @staticmethod
+    async def _wait_watching(txn: Transaction, watch_timer: Callable[[asyncio.Future[None] | None], None]) -> None:
+        """_wait_any on one future, which the timer, the channel and the barrier resolve."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        wake = functools.partial(_resolve, woken)
+        channel, barrier = txn.channel, txn.barrier
+        watch_timer(woken)
+        if channel is not None:
+            channel.watch(woken)
+        if barrier is not None:
+            barrier.add_done_callback(wake)
+        try:
+            await woken
+        finally:
+            watch_timer(None)
+            if channel is not None:
+                channel.watch(None)
+            if barrier is not None:
+                barrier.remove_done_callback(wake)
 
     # -- handlers ---------------------------------------------------------------------------
 

@@ -1122,3 +1122,34 @@ async def test_published_messages_linger_until_their_transaction_commits(tf: Fix
         # The 20 echoes in one RPC, then the ACK.
         assert await asyncio.to_thread(append_rpcs, broker, tf.echo_out) - before == 2
         assert tf.store.state == {f"k{i}": str(i) for i in range(20)}
+
+
+async def test_a_blocked_step_on_the_loop_timer_waits_on_one_future_for_any_of_its_three_events() -> None:
+    """The LoopTimer's wait: one future resolved by whichever of the timer, the channel and the prior
+    barrier comes first (no task per event)."""
+    loop = asyncio.get_running_loop()
+    timer, channel = LoopTimer(), MessageChannel(4)
+    txn = Transaction(channel=channel, barrier=loop.create_future())
+
+    async def wait() -> None:
+        waiting = asyncio.ensure_future(Transactions._wait_watching(txn, timer.watch))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # Nothing happened yet.
+        return await asyncio.wait_for(waiting, 5)
+
+    async def then(act: Any) -> None:
+        loop.call_later(0.02, act)
+        await wait()
+
+    await then(lambda: channel.send_nowait(ValueError("an item")))
+    assert isinstance(channel.poll(), ValueError)
+    timer.reset(30_000_000)  # 30 ms
+    await wait()
+    assert timer.poll() is not None
+    assert txn.barrier is not None
+    await then(lambda: txn.barrier.set_result(None))  # type: ignore[union-attr]
+
+    # An event already there (an item queued before the wait) ends it at once.
+    txn.barrier = None
+    channel.send_nowait(ValueError("another"))
+    await asyncio.wait_for(Transactions._wait_watching(txn, timer.watch), 1)
