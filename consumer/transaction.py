@@ -146,7 +146,7 @@ class ChannelClosed(Exception):
 class _Signal(asyncio.Event):
     """An asyncio.Event that also resolves the one future watching it (`watch`) when it is set: the
     transaction loop waits for the first of its timer, its channel and the prior barrier on one
-    future, where a task per Event and asyncio.wait cost it 28 us a wait against 7."""
+    future, where a task per Event and asyncio.wait cost it 37 us a wait against 11."""
 
     _watcher: asyncio.Future[None] | None = None
 

@@ -37,7 +37,6 @@ from gazctl.specs import journalspace
 log = logging.getLogger("gazctl")
 
 
-
 class ListFormat(StrEnum):
     """Output formats of `journals list`."""
 
