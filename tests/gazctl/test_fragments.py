@@ -33,26 +33,22 @@ def _append(stub: pb_grpc.JournalStub, journal: str, data: bytes) -> None:
     assert resp.status == pb.OK, resp
 
 
-def _wait_persisted(stub: pb_grpc.JournalStub, journal: str, count: int, timeout: float = 20.0) -> None:
-    """Block until the broker's listing holds `count` persisted fragments of `journal`."""
+def _wait_persisted(
+    stub: pb_grpc.JournalStub, journal: str, count: int, modified_before: float | None = None, timeout: float = 20.0
+) -> None:
+    """Block until the broker's listing holds `count` persisted fragments of `journal` (modified
+    before `modified_before`, if given: a refresh of the listing shows a changed mod_time)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         resp = stub.ListFragments(pb.FragmentsRequest(journal=journal))
-        if sum(1 for f in resp.fragments if f.spec.backing_store) == count:
+        persisted = [f for f in resp.fragments if f.spec.backing_store]
+        if modified_before is not None:
+            persisted = [f for f in persisted if f.spec.mod_time < modified_before]
+        if len(persisted) == count:
             return
         time.sleep(0.1)
-    raise TimeoutError(f"{journal} has no {count} persisted fragments: {resp}")
-
-
-def _wait_aged(stub: pb_grpc.JournalStub, journal: str, count: int, before: float, timeout: float = 20.0) -> None:
-    """Block until a refresh of the broker's listing shows `count` fragments of `journal` modified before `before`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        resp = stub.ListFragments(pb.FragmentsRequest(journal=journal))
-        if sum(1 for f in resp.fragments if f.spec.backing_store and f.spec.mod_time < before) == count:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{journal} has no {count} fragments modified before {before}: {resp}")
+    older = f" modified before {modified_before}" if modified_before is not None else ""
+    raise TimeoutError(f"{journal} has no {count} persisted fragments{older}: {resp}")
 
 
 def _rows(stdout: str) -> list[list[str]]:
@@ -146,7 +142,7 @@ def test_prune(broker: BrokerProcess, stub: pb_grpc.JournalStub) -> None:
     aged = time.time() - 7200
     for name in before[:2]:
         os.utime(directory / name, (aged, aged))
-    _wait_aged(stub, journal, 2, before=aged + 1)
+    _wait_persisted(stub, journal, 2, modified_before=aged + 1)
 
     dry = _ok(run_gazctl(broker, "journals", "prune", "-l", f"name={journal}", "--dry-run", "--log.level", "info"))
     lines = [line.split("\t") for line in dry.stdout.splitlines()]
