@@ -143,10 +143,11 @@ class ChannelClosed(Exception):
     """Sending to a closed MessageChannel."""
 
 
-class _Signal(asyncio.Event):
+class WatchedEvent(asyncio.Event):
     """An asyncio.Event that also resolves the one future watching it (`watch`) when it is set: the
     transaction loop waits for the first of its timer, its channel and the prior barrier on one
-    future, where a task per Event and asyncio.wait cost it 37 us a wait against 11."""
+    future, where a task per Event and asyncio.wait cost it 37 us a wait against 11. (A TxnTimer's
+    `watch` can be this Event's.)"""
 
     _watcher: asyncio.Future[None] | None = None
 
@@ -183,7 +184,7 @@ class MessageChannel:
         self._pos = 0
         self._len = 0
         self._closed = False
-        self._readable = _Signal()
+        self._readable = WatchedEvent()
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -319,8 +320,8 @@ class TxnTimer(Protocol):
         """Receive the tick (its time, ns) if the timer fired; None otherwise. Never blocks."""
         ...
 
-    async def wait(self) -> None:
-        """Wait until `poll()` would return a tick."""
+    def watch(self, fut: asyncio.Future[None] | None) -> None:
+        """Resolve `fut` once `poll()` would return a tick (at once if it would now); None stops watching."""
         ...
 
     def now(self) -> int:
@@ -335,7 +336,7 @@ class LoopTimer:
         self._now = now
         self._handle: asyncio.TimerHandle | None = None
         self._tick: int | None = None
-        self._fired = _Signal()
+        self._fired = WatchedEvent()
 
     def now(self) -> int:
         return self._now()
@@ -364,11 +365,7 @@ class LoopTimer:
             self._fired.clear()
         return tick
 
-    async def wait(self) -> None:
-        await self._fired.wait()
-
     def watch(self, fut: asyncio.Future[None] | None) -> None:
-        """Resolve `fut` once `poll()` would return a tick (at once if it would now); None stops watching."""
         self._fired.watch(fut)
 
 
@@ -842,22 +839,7 @@ class Transactions:
             txn.channel is not None and (len(txn.channel) or txn.channel.closed)
         ):
             return
-        watch_timer = getattr(self.timer, "watch", None)
-        if watch_timer is not None:
-            await self._wait_watching(txn, watch_timer)
-            return
-        # A TxnTimer without `watch` (a test's): a task per wait.
-        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.timer.wait())]
-        if txn.channel is not None:
-            waiters.append(asyncio.ensure_future(txn.channel.wait()))
-        try:
-            if txn.barrier is not None:
-                await asyncio.wait([*waiters, txn.barrier], return_when=asyncio.FIRST_COMPLETED)
-            else:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
+        await self._wait_watching(txn, self.timer.watch)
 
     @staticmethod
     async def _wait_watching(txn: Transaction, watch_timer: Callable[[asyncio.Future[None] | None], None]) -> None:

@@ -47,6 +47,7 @@ from consumer.transaction import (
     TransactionError,
     Transactions,
     TxnPhase,
+    WatchedEvent,
     finished_operation,
     start_reading_messages,
 )
@@ -76,7 +77,7 @@ class FakeTimer:
         self.reset_to: int | None = None
         self.stopped = False
         self._tick: int | None = None
-        self._fired = asyncio.Event()
+        self._fired = WatchedEvent()
 
     def signal(self) -> None:
         self._tick = self.timepoint
@@ -99,8 +100,8 @@ class FakeTimer:
         self._fired.clear()
         return tick
 
-    async def wait(self) -> None:
-        await self._fired.wait()
+    def watch(self, fut: asyncio.Future[None] | None) -> None:
+        self._fired.watch(fut)
 
     def now(self) -> int:
         return self.timepoint
