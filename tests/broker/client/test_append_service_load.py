@@ -130,8 +130,9 @@ async def test_append_service_load_survives_a_broker_outage(start_broker: StartB
         assert [r for r in results if r is not None] == []
         assert progress == [RECORDS] * PRODUCERS
         assert before_stop < PRODUCERS * RECORDS
-        # Batching: far fewer RPCs than records.
-        assert service.stats.rpcs < PRODUCERS * RECORDS // 2, service.stats
+        # Records shared RPCs: without batching each record takes one RPC of its own. How many share one
+        # depends on the host's speed; test_client_append pins the batching rules themselves.
+        assert service.stats.rpcs < PRODUCERS * RECORDS, service.stats
         assert elapsed < 30 + OUTAGE, elapsed
 
     seen: dict[int, list[int]] = defaultdict(list)
