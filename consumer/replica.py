@@ -198,7 +198,9 @@ class Replica:
         self._journal_client = journal_client
         self.app = app
         self.assignment = assignment
-        self._id = assignment.item_id  # The same for every assignment the replica is given.
+        # The same for every assignment the replica is given. An attribute, not a property:
+        # applications read it once per message (e.g. to find the shard's state).
+        self.id: Final[str] = assignment.item_id
         self._fqn = item_key(keyspace.root, assignment.item_id)
         self._spec = spec
         self.handoff_timeout = handoff_timeout
@@ -231,10 +233,6 @@ class Replica:
         self._idle.set()
 
     # -- the Shard protocol ---------------------------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self._id
 
     @property
     def fqn(self) -> str:
