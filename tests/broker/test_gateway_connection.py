@@ -38,9 +38,11 @@ async def serve() -> AsyncIterator[list[asyncio.Server]]:
         server.close()
 
 
-async def put_in_two_parts(reader: Reader, servers: list[asyncio.Server], first: int, second: int) -> bytes:
-    """PUT `first` + `second` body bytes, the second part only once the handler took a piece (or 0.3 s
-    passed); returns the response's status line."""
+async def put_in_two_parts(
+    reader: Reader, servers: list[asyncio.Server], first: int, second: int, patience: float
+) -> bytes:
+    """PUT `first` + `second` body bytes, the second part only once the handler took a piece (or `patience`
+    seconds passed); returns the response's status line."""
     connections: set[Connection] = set()
     server = await asyncio.get_running_loop().create_server(
         lambda: Connection(reader.handle, connections), "127.0.0.1", 0
@@ -51,7 +53,7 @@ async def put_in_two_parts(reader: Reader, servers: list[asyncio.Server], first:
     w.write(b"PUT /a/journal HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % (first + second) + b"a" * first)
     await w.drain()
     try:
-        await asyncio.wait_for(reader.got_piece.wait(), 0.3)
+        await asyncio.wait_for(reader.got_piece.wait(), patience)
     except TimeoutError:
         pass
     w.write(b"b" * second)
@@ -63,14 +65,16 @@ async def put_in_two_parts(reader: Reader, servers: list[asyncio.Server], first:
 
 async def test_a_body_read_in_whole_pieces_waits_for_each(serve: list[asyncio.Server]) -> None:
     reader = Reader(1024 * KiB, None)
-    status = await put_in_two_parts(reader, serve, 300 * KiB, 900 * KiB)
+    # The handler waits for a whole MiB: no piece before the second part is sent, after `patience`.
+    status = await put_in_two_parts(reader, serve, 300 * KiB, 900 * KiB, patience=0.3)
     assert status.startswith(b"HTTP/1.1 204")
     assert reader.pieces == [1024 * KiB, 176 * KiB]
 
 
 async def test_a_body_read_at_least_some_takes_what_has_arrived(serve: list[asyncio.Server]) -> None:
     reader = Reader(1024 * KiB, 256 * KiB)
-    status = await put_in_two_parts(reader, serve, 300 * KiB, 900 * KiB)
+    # A piece is taken from the first part alone: the second is held back until then (however slow the host).
+    status = await put_in_two_parts(reader, serve, 300 * KiB, 900 * KiB, patience=10)
     assert status.startswith(b"HTTP/1.1 204")
     # The first 300 KiB went on as soon as 256 KiB had arrived, without waiting for a whole MiB.
     assert 256 * KiB <= reader.pieces[0] <= 300 * KiB

@@ -358,11 +358,17 @@ async def test_second_offset_jump_ends_the_response(gateway: Gateway) -> None:
 
 async def test_offset_minus_one_starts_at_the_write_head(gateway: Gateway) -> None:
     await fetch(gateway.port, "PUT", "/a/journal", body=b"old")
+    reads = len(gateway.fake.reads)
     client = await Client.open(gateway.port)
     try:
         await client.send_head("GET", "/a/journal?offset=-1&block=true", [])
         await client.send_body(b"")
-        await asyncio.sleep(0.2)  # The read is now blocked at the head.
+        # The read is blocked at the head once its Read RPC reached the fake (which resolves -1 as it
+        # records the request).
+        async with asyncio.timeout(30):
+            while len(gateway.fake.reads) == reads:
+                await asyncio.sleep(0.01)
+        assert gateway.fake.reads[-1].offset == -1 and gateway.fake.reads[-1].block
         await fetch(gateway.port, "PUT", "/a/journal", body=b"new!")
         head = await client.read_head()
         assert head.status_code == 206

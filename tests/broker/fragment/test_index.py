@@ -156,7 +156,8 @@ async def test_query_at_missing_middle() -> None:
 async def test_a_query_blocked_on_a_gap_asks_for_listings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A gap below the index's end (e.g. a peer persisted what this replica never held) is filled
     only by a store listing: the blocked query asks for one at once, then again, backing off."""
-    monkeypatch.setattr(index_module, "GAP_RECHECK", 0.1)
+    recheck = 0.25
+    monkeypatch.setattr(index_module, "GAP_RECHECK", recheck)
     asked: list[float] = []
     ind = Index(on_gap=lambda: asked.append(asyncio.get_running_loop().time()))
     ind.replace_remote(CoverSet())  # The stores were listed: they are empty.
@@ -170,9 +171,13 @@ async def test_a_query_blocked_on_a_gap_asks_for_listings(monkeypatch: pytest.Mo
     task = asyncio.create_task(ind.query(100, block=True))
     await asyncio.sleep(0)
     assert len(asked) == 1  # At once.
-    await asyncio.sleep(0.5)  # Asked again 0.1 s later, then 0.2 s later (the next, 0.4 s later).
+    # Asked again `recheck` later, then twice that later (the next, four times `recheck` after that one).
+    # Watched for rather than slept on: a loaded host's late wake-up must not see the fourth ask.
+    async with asyncio.timeout(30):
+        while len(asked) < 3:
+            await asyncio.sleep(0.01)
     assert len(asked) == 3, asked
-    assert asked[1] - asked[0] >= 0.1 and asked[2] - asked[1] >= 0.2, asked
+    assert asked[1] - asked[0] >= recheck and asked[2] - asked[1] >= 2 * recheck, asked
     assert not task.done()
     ind.spool_commit(frag(400, 450))  # A change elsewhere wakes it, within its backoff: not asked again.
     await asyncio.sleep(0)

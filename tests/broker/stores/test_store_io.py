@@ -83,7 +83,10 @@ async def test_persister_retries_until_the_store_is_back(tmp_path: Path) -> None
     persister = Persister(registry, lambda job, url, up: landed.append((job, url, up)))
     fragment = _local("j", 0, b"payload", pb.SNAPPY, tmp_path)
     persister.submit(fragment, ["file:///"])
-    await asyncio.sleep(0.5)
+    # Retried (after 0.1 s, then 0.2 s, ...): watched for, as a loaded host's attempts take their time.
+    async with asyncio.timeout(30):
+        while not (persister.pending and persister.pending[0].attempts >= 2):
+            await asyncio.sleep(0.01)
     [job] = persister.pending
     assert job.attempts >= 2 and "does not exist" in job.last_error
     assert registry.is_healthy("file:///") is False
