@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -103,11 +104,14 @@ def test_list_selectors_and_watch(stub: pb_grpc.JournalStub) -> None:
 
     t = threading.Thread(target=consume)
     t.start()
-    import time
-
-    time.sleep(0.5)
+    # The change comes once the first snapshot is in: made before the broker answered the watch, it
+    # would be in that snapshot.
+    deadline = time.monotonic() + 30
+    while not snapshots:
+        assert t.is_alive() and time.monotonic() < deadline, "no first snapshot"
+        time.sleep(0.05)
     assert apply_specs(stub, journal_spec("sel/c/1")).status == pb.OK
-    t.join(10)
+    t.join(30)
     call.cancel()
     assert snapshots == [["sel/a/1", "sel/a/2", "sel/b/1"], ["sel/a/1", "sel/a/2", "sel/b/1", "sel/c/1"]]
 

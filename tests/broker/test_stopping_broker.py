@@ -118,6 +118,14 @@ async def test_appends_cut_off_by_a_stop_are_known_unwritten(tmp_path: Path, etc
     async with JournalClient(broker.url, route_cache=False) as client:
         tasks = [asyncio.create_task(writer(n, client)) for n in range(WRITERS)]
         await asyncio.sleep(1.5)
+        # The broker is stopped mid-flood: once appends are being acknowledged (on a slow host the first may
+        # take longer than the pause above).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not acked:
+            stopped = all(task.done() for task in tasks)
+            assert loop.time() < deadline and not stopped, f"no append was acknowledged: {dict(errors)} {unknown[:3]}"
+            await asyncio.sleep(0.05)
         assert await asyncio.to_thread(broker.stop, signal.SIGTERM) == 0, broker.logs()
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 30)

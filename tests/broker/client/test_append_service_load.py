@@ -37,6 +37,10 @@ PRODUCERS = 50
 JOURNALS = 5
 RECORDS = 200
 OUTAGE = 10.0
+RESUME_WITHIN = 10.0
+"""Seconds from the restarted broker's readiness until the first retried append commits (with backoff
+capped at 0.5 s, a moment): the test bounds the recovery from the outage, not the run's throughput,
+which depends on the host."""
 RECORD = re.compile(rb"p-(\d+) (\d+)")
 
 StartBroker = Callable[..., Awaitable[BrokerProcess]]
@@ -102,7 +106,6 @@ async def test_append_service_load_survives_a_broker_outage(start_broker: StartB
                 progress[p] = seq + 1
                 await asyncio.sleep(0.01)
 
-        started = time.monotonic()
         producers = [asyncio.create_task(produce(p)) for p in range(PRODUCERS)]
         # Partway through: every producer has committed some records and has more to write.
         async with asyncio.timeout(30):
@@ -118,11 +121,16 @@ async def test_append_service_load_survives_a_broker_outage(start_broker: StartB
         assert sum(progress) < PRODUCERS * RECORDS
         restarted = await start_broker(port=broker.port)
         back.set()
+        # The retried appends reach the restarted broker within moments (they back off 0.5 s at most).
+        ready_at = time.monotonic()
+        while service.stats.rpcs == rpcs_at_stop:
+            assert time.monotonic() - ready_at < RESUME_WITHIN, f"nothing committed {RESUME_WITHIN}s after the restart"
+            await asyncio.sleep(0.01)
+        resumed = time.monotonic() - ready_at
 
         async with asyncio.timeout(60):
             results = await asyncio.gather(*producers, return_exceptions=True)
         await service.close()
-        elapsed = time.monotonic() - started
         # Only appends in flight at the stop can be of unknown outcome: at most one per producer.
         assert len({p for p, _, _ in unknown}) == len(unknown), unknown
         if unknown:
@@ -133,7 +141,7 @@ async def test_append_service_load_survives_a_broker_outage(start_broker: StartB
         # Records shared RPCs: without batching each record takes one RPC of its own. How many share one
         # depends on the host's speed; test_client_append pins the batching rules themselves.
         assert service.stats.rpcs < PRODUCERS * RECORDS, service.stats
-        assert elapsed < 30 + OUTAGE, elapsed
+        print(f"appends resumed {resumed:.2f}s after the restarted broker was ready; {service.stats}")
 
     seen: dict[int, list[int]] = defaultdict(list)
     for i, journal in enumerate(journals):

@@ -193,18 +193,21 @@ async def test_append_service_linger_batches_spaced_appends_until_released(
         assert service.stats.rpcs == 1
 
         # Awaiting an append ends its linger: it does not wait out the 30 s.
-        started = asyncio.get_running_loop().time()
+        other = await new_journal(client)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         await service.append(journal, b"awaited,")
         # So does depending on one (another journal's append must follow it).
-        other = await new_journal(client)
         first = service.append(journal, b"depended-on,")
         await service.append(other, b"dependent", dependencies=[first])
         assert first.done()
-        # A full batch goes without waiting (bytes queued beyond it would spill to disk).
+        # A full batch goes without waiting (bytes queued beyond it would spill to disk): it is done without
+        # being awaited (which would end its linger), however long its 8 MiB take to commit on a slow host.
         full = service.append(journal, b"x" * service.max_batch_bytes)
-        await asyncio.sleep(0.5)
-        assert full.done()
-        assert asyncio.get_running_loop().time() - started < 10
+        while not full.done():
+            assert loop.time() - started < 20, "the full batch waited for its linger"
+            await asyncio.sleep(0.05)
+        assert loop.time() - started < 20  # Far from the 30 s linger any of them could have waited out.
     assert service.stats.rpcs == 5  # The released batch, then one RPC each: awaited, depended-on, dependent, full.
     assert await content(broker, journal) == (
         b"".join(f"{i},".encode() for i in range(50)) + b"awaited,depended-on," + b"x" * service.max_batch_bytes
@@ -213,12 +216,18 @@ async def test_append_service_linger_batches_spaced_appends_until_released(
 
 async def test_append_service_linger_ends_by_itself(client: JournalClient, broker: BrokerProcess) -> None:
     journal = await new_journal(client)
-    async with AppendService(client, linger=0.3) as service:
+    linger = 2.0
+    async with AppendService(client, linger=linger) as service:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         first = service.append(journal, b"a")
         await asyncio.sleep(0.1)
         second = service.append(journal, b"b")  # Joins the lingering batch.
-        await asyncio.sleep(2.0)
-        assert first.done() and second.done()
+        # Polled, not awaited (awaiting an append ends its linger).
+        while not (first.done() and second.done()):
+            assert loop.time() - started < linger + 30, "the lingering batch was never sent"
+            await asyncio.sleep(0.05)
+        assert loop.time() - started >= linger * 0.9, "the batch went before its linger ended"
         assert (first.begin, second.begin) == (0, 1)
         assert service.stats.rpcs == 1
         with pytest.raises(ValueError, match="linger"):
