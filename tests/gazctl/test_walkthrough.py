@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 from ruamel.yaml import YAML
 
+from tests.broker.client.helpers import metric
 from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl
 
 EXAMPLE_SPEC = """\
@@ -140,8 +141,9 @@ def test_02_concurrent_appends_land_whole(example: str) -> None:
     assert sorted(d["N"] for d in docs if d["Msg"] == "Race!") == list(range(1, 21))
 
 
-def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: Path) -> None:
+def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: Path, broker: BrokerProcess) -> None:
     head = len(curl("GET", example))
+    reads = metric(broker, "gazette_read_requests_total", "example/journal")
     writer = gazctl_process(
         home, "journals", "append", "-l", "name=example/journal", "--framing=lines", stdin=subprocess.PIPE
     )
@@ -151,6 +153,12 @@ def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: 
         assert writer.stdin is not None
         out, logs = LineReader(reader.stdout), LineReader(reader.stderr)
         logs.wait_for(r"read started")
+        # --tail reads from the write head as of when the Read RPC reaches the broker: lines are written
+        # only once it did (a slow host's gazctl takes its time to get there).
+        deadline = time.monotonic() + 30
+        while metric(broker, "gazette_read_requests_total", "example/journal") == reads:
+            assert time.monotonic() < deadline and reader.poll() is None, logs.lines
+            time.sleep(0.05)
         for n in range(3):
             time.sleep(0.3)
             writer.stdin.write(f'{{"Msg": "tick {n}"}}\n')
