@@ -79,7 +79,8 @@ def until(what: str, check: Callable[[], T | None], timeout: float = DEADLINE) -
 
 def balanced(stub: pb_grpc.JournalStub, zones: tuple[str, ...]) -> dict[str, pb.Route] | None:
     """The routes once every journal has a primary and one member in each of `zones` (no other),
-    and each of their brokers is primary of its share of the journals, +/- 1."""
+    and each of their brokers is primary of exactly its share of the journals (the allocator's
+    settled answer; a poll can catch a round that moved only some of the primaries yet)."""
     found = routes(stub)
     if sorted(found) != JOURNALS:
         return None
@@ -87,7 +88,7 @@ def balanced(stub: pb_grpc.JournalStub, zones: tuple[str, ...]) -> dict[str, pb.
         if route.primary < 0 or sorted(m.zone for m in route.members) != sorted(zones):
             return None
     counts = primaries(found)
-    if any(abs(counts[zone] - len(JOURNALS) / len(zones)) > 1 for zone in zones):
+    if any(counts[zone] != len(JOURNALS) // len(zones) for zone in zones):
         return None
     return found
 
