@@ -45,7 +45,7 @@ from typing import Any
 from broker.client import JournalClient, append, apply_journals, upsert
 from broker.client.http_append import HttpAppends
 from broker.protocol import pb
-from tests.benchmarks.stack import etcd_and_broker, log
+from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
 from tests.harness import free_port, journal_spec
 
 MiB = 1 << 20
@@ -56,7 +56,6 @@ PIECE = 256 << 10
 broker's LANDING_CHUNK): fewer hand-offs to the threads than one per read from the socket."""
 BIG = 64 << 10
 """Sizes of at least this many bytes get --big-count appends instead of --count."""
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 JOURNAL = "floor/one-at-a-time"
 
 
@@ -174,12 +173,6 @@ def null_server(hashing: bool) -> Iterator[tuple[str, int]]:
 # -- measuring ---------------------------------------------------------------------------------------
 
 
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -193,21 +186,17 @@ class Row:
     client_cpu_ms: float = 0.0
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
 async def one_at_a_time(put: Callable[[bytes], Awaitable[object]], payload: bytes, count: int, server_pid: int) -> Row:
     """`count` appends of `payload`, each awaited before the next, after a tenth as many unmeasured."""
     for _ in range(max(count // 10, 5)):
         await put(payload)
     latencies = []
-    cpu0, own0 = process_cpu(server_pid), own_cpu()
+    cpu0, own0 = cpu_seconds(server_pid), own_cpu()
     for _ in range(count):
         began = time.perf_counter()
         await put(payload)
         latencies.append(time.perf_counter() - began)
-    server_cpu, client_cpu = process_cpu(server_pid) - cpu0, own_cpu() - own0
+    server_cpu, client_cpu = cpu_seconds(server_pid) - cpu0, own_cpu() - own0
     latencies.sort()
     return Row(percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3,
                server_cpu / count * 1e3, client_cpu / count * 1e3)

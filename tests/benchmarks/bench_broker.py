@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import math
 import os
 import platform
 import pstats
@@ -53,7 +52,7 @@ import snappy
 
 from broker.client import AppendService, JournalClient
 from broker.protocol import pb, pb_grpc
-from tests.benchmarks.stack import etcd_and_broker, log
+from tests.benchmarks.stack import etcd_and_broker, log, percentile, stat_cpu_seconds
 from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 MiB = 1 << 20
@@ -371,17 +370,6 @@ async def raw_small_rpcs(target: str, payloads: list[bytes], writers: int, total
         return await closed_loop(rpc, writers, total)
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
-    return sorted_values[rank - 1]
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
 def thread_cpu(pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of each thread of `pid`, from /proc; empty where unavailable."""
     out: dict[int, float] = {}
@@ -391,11 +379,9 @@ def thread_cpu(pid: int) -> dict[int, float]:
         return out
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = stat_cpu_seconds(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICK
     return out
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import platform
 import random
@@ -74,7 +73,7 @@ from tests.benchmarks.consumer_app import (
     create_sqlite_tables,
     read_total,
 )
-from tests.benchmarks.stack import etcd_and_broker, log
+from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
 from tests.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary, wait_http_ready
 
 APP = "tests.benchmarks.consumer_app:app"
@@ -87,7 +86,6 @@ PREFIX = "/bench-consumer"
 GOAL_RATE = 100_000.0
 GOAL_RATIO = 0.5
 GOAL_P99_MS = 50.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def pad_for(key_width: int) -> str:
@@ -153,12 +151,6 @@ class ConsumerProc:
             m = re.search(rf'^{name}\{{shard="{PREFIX}/items/{shard}"\}} (\S+)$', text, re.MULTILINE)
             out[name] = float(m.group(1)) if m else 0.0
         return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 # -- phases ---------------------------------------------------------------------------------------
@@ -489,13 +481,6 @@ def run_store(args: argparse.Namespace, kind: str) -> Result:
 # -- report ---------------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]  # Nearest rank.
-
-
 def print_report(args: argparse.Namespace, r: Result) -> bool:
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
@@ -507,7 +492,8 @@ def print_report(args: argparse.Namespace, r: Result) -> bool:
         return " / ".join(format(v, fmt) for v in values)
 
     ratio = r.rate / r.raw_rate if r.raw_rate else 0.0
-    p50, p99 = percentile(r.latencies_ms, 0.50), percentile(r.latencies_ms, 0.99)
+    latencies = sorted(r.latencies_ms)
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     ok_rate, ok_ratio, ok_p99 = r.rate >= GOAL_RATE, ratio >= GOAL_RATIO, p99 <= GOAL_P99_MS
     exact = r.store_total == r.consumed and r.derived_throughput == r.consumed // EVERY
     mid = r.median_round

@@ -1,7 +1,10 @@
-"""The etcd + broker pair every broker benchmark runs against, started and stopped in one place."""
+"""What the benchmarks share: the etcd + broker pair every broker benchmark runs against, started and
+stopped in one place; progress logging; CPU seconds of a process from /proc; percentiles."""
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,10 +13,32 @@ from pathlib import Path
 from broker.keyspace.etcd import EtcdProcess
 from tests.harness import BrokerProcess, free_port
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 
 def log(msg: str) -> None:
     """Progress of a benchmark, on stderr (the report goes to stdout)."""
     print(msg, file=sys.stderr, flush=True)
+
+
+def stat_cpu_seconds(stat_path: str) -> float:
+    """User + system CPU seconds in a /proc `stat` file (a process's or a thread's); raises OSError if gone."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank `q`th percentile (0-100) of an ascending list; NaN if it is empty."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
 
 
 @contextmanager
