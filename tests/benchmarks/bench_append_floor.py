@@ -99,6 +99,10 @@ class NullPut(asyncio.Protocol):
                 self.head = bytearray()
                 self.left, self.begin, self.commit_sum = length, self.offset, hashlib.sha1()
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if length == 0:
+                    self.left = -1
+                    self._respond(self.begin, self.offset, self.commit_sum)
+                    continue
             piece = view[: self.left]
             view = view[len(piece) :]
             self.left -= len(piece)
