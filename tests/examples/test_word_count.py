@@ -445,7 +445,7 @@ async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: Wor
     print(*timings, f"{published} publishes, {answered} queries, {skipped} sent on past a gone member",
           sep="\n")
     assert not failures, failures
-    assert published >= 8 and answered >= 24
+    assert published >= 8 and answered >= 16  # What each served_since above waited for, four times over.
 
     member = next(iter(wc.members.values()))
     await wc.wait_caught_up(member)
