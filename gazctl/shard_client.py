@@ -22,10 +22,9 @@ import typer
 from broker.client.config import dial_target
 from broker.errors import ConfigError
 from broker.protocol import pb as bpb
-from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb, pb_grpc
 from consumer.protocol.validation import validate_list_request
-from gazctl.commands.common import credentials, resolve_consumer
+from gazctl.commands.common import checked_selector, credentials, required_selector_text, resolve_consumer
 from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
@@ -61,19 +60,12 @@ STALE_REVISION_HINT = (
 
 def parse_shard_selector(text: str, flag: str = "--selector") -> bpb.LabelSelector:
     """Parse a shard selector as a ListRequest takes it; "" selects every shard."""
-    try:
-        selector = parse_selector(text) if text else bpb.LabelSelector()
-        validate_list_request(pb.ListRequest(selector=selector))
-    except ValueError as err:  # SelectorError and ValidationError.
-        raise GazctlError(f"invalid {flag} {text!r}: {err}") from None
-    return selector
+    return checked_selector(text, flag, lambda selector: validate_list_request(pb.ListRequest(selector=selector)))
 
 
 def require_shard_selector(text: str) -> bpb.LabelSelector:
-    """Parse a selector which must be given (commands that change things)."""
-    if not text.strip():
-        raise GazctlError("--selector (-l) is required, e.g. -l id=shard-000 or -l app=counter")
-    return parse_shard_selector(text)
+    """Parse a shard selector which must be given (commands that change things)."""
+    return parse_shard_selector(required_selector_text(text, "-l id=shard-000 or -l app=counter"))
 
 
 class ShardClient:

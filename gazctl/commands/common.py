@@ -324,21 +324,32 @@ def _hint(err: Exception) -> str:
     return ""
 
 
-def parse_list_selector(text: str, flag: str = "--selector") -> pb.LabelSelector:
-    """Parse a selector as a ListRequest takes it (e.g. a `prefix` value must end in '/'); "" selects all."""
+def checked_selector(text: str, flag: str, validate: Callable[[pb.LabelSelector], object]) -> pb.LabelSelector:
+    """Parse selector `text` ("" selects all) and check it with `validate` (a protocol's List
+    request check, which raises ValueError); either failure is a GazctlError naming `flag`."""
     try:
         selector = parse_selector(text) if text else pb.LabelSelector()
-        validate_list_request(pb.ListRequest(selector=selector))
+        validate(selector)
     except ValueError as err:  # SelectorError and ValidationError.
         raise GazctlError(f"invalid {flag} {text!r}: {err}") from None
     return selector
 
 
-def require_selector(text: str) -> pb.LabelSelector:
-    """Parse a selector which must be given (commands that change or delete things)."""
+def required_selector_text(text: str, example: str) -> str:
+    """`text`, which must be given (commands that change or delete things); `example` shows a selector."""
     if not text.strip():
-        raise GazctlError("--selector (-l) is required, e.g. -l name=example/journal or -l prefix=example/")
-    return parse_list_selector(text)
+        raise GazctlError(f"--selector (-l) is required, e.g. {example}")
+    return text
+
+
+def parse_list_selector(text: str, flag: str = "--selector") -> pb.LabelSelector:
+    """Parse a selector as a journals ListRequest takes it (e.g. a `prefix` value must end in '/'); "" selects all."""
+    return checked_selector(text, flag, lambda selector: validate_list_request(pb.ListRequest(selector=selector)))
+
+
+def require_selector(text: str) -> pb.LabelSelector:
+    """Parse a journal selector which must be given (commands that change or delete things)."""
+    return parse_list_selector(required_selector_text(text, "-l name=example/journal or -l prefix=example/"))
 
 
 def stdout_console() -> Console:
