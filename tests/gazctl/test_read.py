@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.broker.client.helpers import metric
+from tests.broker.client.helpers import read_rpcs, wait_for_process_read
 from tests.harness import (
     BrokerProcess,
     LineReader,
@@ -105,11 +105,6 @@ def pty_read(broker: BrokerProcess, *args: str) -> tuple[subprocess.CompletedPro
     return done, got.decode(errors="replace")
 
 
-def read_rpcs(broker: BrokerProcess, journal: str) -> int:
-    """The broker's count of the Read RPCs of `journal` it served (its /debug/metrics)."""
-    return metric(broker, "gazette_read_requests_total", journal)
-
-
 def start_reading(broker: BrokerProcess, *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
     """`gazctl journals read ARGS` left running in the background."""
     return subprocess.Popen(
@@ -173,10 +168,7 @@ def test_tail_block_streams_new_appends_and_logs_the_resolved_offset(
         logs.wait_for(r"read started .*journal=read/tail/j offset=-1")
         # The broker resolves -1 to the write head when the Read RPC reaches it (and sends nothing until
         # content comes): append only once it did, or the ticks could land before the head it resolves.
-        deadline = time.monotonic() + 30
-        while read_rpcs(broker, "read/tail/j") == reads:
-            assert time.monotonic() < deadline and reader.poll() is None, logs.lines
-            time.sleep(0.05)
+        wait_for_process_read(broker, "read/tail/j", reads + 1, reader, logs.lines)
         for n in range(3):
             assert append(stub, "read/tail/j", f"tick {n}\n".encode()).status == pb.OK
             out.wait_for(rf"^tick {n}$")

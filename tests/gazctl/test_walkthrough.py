@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 from ruamel.yaml import YAML
 
-from tests.broker.client.helpers import metric
+from tests.broker.client.helpers import read_rpcs, wait_for_process_read
 from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl
 
 EXAMPLE_SPEC = """\
@@ -143,7 +143,7 @@ def test_02_concurrent_appends_land_whole(example: str) -> None:
 
 def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: Path, broker: BrokerProcess) -> None:
     head = len(curl("GET", example))
-    reads = metric(broker, "gazette_read_requests_total", "example/journal")
+    reads = read_rpcs(broker, "example/journal")
     writer = gazctl_process(
         home, "journals", "append", "-l", "name=example/journal", "--framing=lines", stdin=subprocess.PIPE
     )
@@ -155,10 +155,7 @@ def test_03_streamed_lines_followed_by_a_tailing_debug_read(example: str, home: 
         logs.wait_for(r"read started")
         # --tail reads from the write head as of when the Read RPC reaches the broker: lines are written
         # only once it did (a slow host's gazctl takes its time to get there).
-        deadline = time.monotonic() + 30
-        while metric(broker, "gazette_read_requests_total", "example/journal") == reads:
-            assert time.monotonic() < deadline and reader.poll() is None, logs.lines
-            time.sleep(0.05)
+        wait_for_process_read(broker, "example/journal", reads + 1, reader, logs.lines)
         for n in range(3):
             time.sleep(0.3)
             writer.stdin.write(f'{{"Msg": "tick {n}"}}\n')

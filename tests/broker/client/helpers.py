@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import time
 import urllib.request
 import uuid
 
@@ -74,9 +76,26 @@ def append_rpcs(broker: BrokerProcess, journal: str) -> int:
     return metric(broker, "gazette_append_requests_total", journal)
 
 
+def read_rpcs(broker: BrokerProcess, journal: str) -> int:
+    """The broker's count of the Read RPCs of `journal` it started."""
+    return metric(broker, "gazette_read_requests_total", journal)
+
+
 async def wait_for_read_rpcs(broker: BrokerProcess, journal: str, count: int, timeout: float = 20.0) -> None:
     """Wait until the broker started `count` Read RPCs of `journal`: a blocking read at -1 sends
     nothing before content arrives, and this counter is the only sign that it reached the broker."""
     async with asyncio.timeout(timeout):
-        while await asyncio.to_thread(metric, broker, "gazette_read_requests_total", journal) < count:
+        while await asyncio.to_thread(read_rpcs, broker, journal) < count:
             await asyncio.sleep(0.05)
+
+
+def wait_for_process_read(
+    broker: BrokerProcess, journal: str, count: int, reader: subprocess.Popen[str], context: object,
+    timeout: float = 30.0,
+) -> None:
+    """wait_for_read_rpcs for a reading process (e.g. `gazctl journals read`), from a test's thread:
+    fails with `context` if `reader` exits first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while read_rpcs(broker, journal) < count:
+        assert time.monotonic() < deadline and reader.poll() is None, context
+        time.sleep(0.05)
