@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.client import JournalClient, append, apply_journals, upsert
+from broker.client import JournalClient, append
 from broker.client.http_append import HttpAppends
 from broker.protocol import pb
 from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
+from tests.broker.client.helpers import create_journal
 from tests.harness import free_port, journal_spec
 
 MiB = 1 << 20
@@ -225,27 +226,13 @@ async def measure_broker(url: str, pid: int, sizes: list[int], counts: dict[int,
             spec.fragment.length = 512 * MiB
             spec.fragment.compression_codec = pb.NONE
             spec.fragment.stores.append("file:///")
-            await apply_journals(client, [upsert(spec)])
-            await first_append(client, spec.name)
+            await create_journal(client, spec, timeout=30)
 
             async def put(payload: bytes, journal: str = spec.name) -> object:
                 return await append(client, journal, payload)
 
             rows[size] = await one_at_a_time(put, os.urandom(size), counts[size], pid)
     return rows
-
-
-async def first_append(client: JournalClient, journal: str) -> None:
-    """Append once to a new journal, waiting (up to 30 s) for it to have a primary."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            await append(client, journal, b"")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
 
 
 def sha1_speed() -> tuple[float, float]:
