@@ -28,7 +28,6 @@ import asyncio
 import hashlib
 import os
 import platform
-import resource
 import socket
 import subprocess
 import sys
@@ -178,11 +177,6 @@ def null_server(hashing: bool) -> Iterator[tuple[str, int]]:
 # -- measuring ---------------------------------------------------------------------------------------
 
 
-def own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 @dataclass
 class Row:
     p50: float = 0.0
@@ -196,12 +190,12 @@ async def one_at_a_time(put: Callable[[bytes], Awaitable[object]], payload: byte
     for _ in range(max(count // 10, 5)):
         await put(payload)
     latencies = []
-    cpu0, own0 = cpu_seconds(server_pid), own_cpu()
+    cpu0, own0 = cpu_seconds(server_pid), cpu_seconds(os.getpid())
     for _ in range(count):
         began = time.perf_counter()
         await put(payload)
         latencies.append(time.perf_counter() - began)
-    server_cpu, client_cpu = cpu_seconds(server_pid) - cpu0, own_cpu() - own0
+    server_cpu, client_cpu = cpu_seconds(server_pid) - cpu0, cpu_seconds(os.getpid()) - own0
     latencies.sort()
     return Row(percentile(latencies, 50) * 1e3, percentile(latencies, 99) * 1e3,
                server_cpu / count * 1e3, client_cpu / count * 1e3)
