@@ -3,6 +3,13 @@ and a real broker (with a Journal stub) per test module."""
 
 from __future__ import annotations
 
+import os
+
+# Before gRPC is imported: its fork handlers, run in a fork()ed child while the tests' gRPC threads
+# are busy, crash about one child in a hundred with SIGSEGV before it execs (measured: 5 of 300
+# `subprocess.run(..., user=...)`, which must fork, not vfork). PostgreSQL is started that way.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import importlib.metadata
 import uuid
 from collections.abc import AsyncIterator, Iterator
