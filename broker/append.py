@@ -263,7 +263,8 @@ class Append:
         keyspace = self.state.keyspace
         target = revision if ok else seen + 1
         try:
-            await asyncio.wait_for(keyspace.wait_for_revision(target), SETTLE_TIMEOUT)
+            async with asyncio.timeout(SETTLE_TIMEOUT):
+                await keyspace.wait_for_revision(target)
         except TimeoutError:
             raise AppendError(
                 f"etcd did not reflect the journal's update at revision {target} within {SETTLE_TIMEOUT:g}s",

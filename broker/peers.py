@@ -72,7 +72,8 @@ class PeerDialer:
         if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
             return True
         try:
-            await asyncio.wait_for(channel.channel_ready(), timeout)
+            async with asyncio.timeout(timeout):
+                await channel.channel_ready()
         except TimeoutError:
             return False
         return True

@@ -4,6 +4,7 @@ index from its stores, reading and signing persisted fragments, and store health
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -111,10 +112,9 @@ class FragmentPersistence:
             else:
                 if not replica.closed:
                     replica.index.replace_remote(listing)
-            try:
-                await asyncio.wait_for(replica.refresh_requested.wait(), interval)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await replica.refresh_requested.wait()
 
     # --- Reads, signed URLs and health ------------------------------------------------------
 
@@ -134,7 +134,8 @@ class FragmentPersistence:
         try:
             error = await self.registry.health(url).result()
             if not error and probe_delete:
-                await asyncio.wait_for(check_delete(self.registry.get(url), delete_prefix), DELETE_PROBE_TIMEOUT)
+                async with asyncio.timeout(DELETE_PROBE_TIMEOUT):
+                    await check_delete(self.registry.get(url), delete_prefix)
         except (StoreError, OSError) as exc:
             return str(exc)
         except TimeoutError:

@@ -61,7 +61,8 @@ async def serve_replicate(
     replica = res.replica
     assert replica is not None
     try:
-        await asyncio.wait_for(replica.lock.acquire(), SPOOL_WAIT_TIMEOUT)
+        async with asyncio.timeout(SPOOL_WAIT_TIMEOUT):
+            await replica.lock.acquire()
     except TimeoutError:
         raise ReplicationError(
             f"replica busy: its spool was not free within {SPOOL_WAIT_TIMEOUT:g}s (another primary's stream, or"

@@ -304,7 +304,8 @@ class Broker:
         # their routes: its replicas then retire. Stopping the server first would cut replication
         # streams an append may be using.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.resolver.settle(), REPLICATION_DRAIN_TIMEOUT)
+            async with asyncio.timeout(REPLICATION_DRAIN_TIMEOUT):
+                await self.resolver.settle()
         self.state.stopping.set()
         # HTTP requests in flight are answered (over gRPC, so first), then RPCs in flight (appends
         # proxied through this broker among them) get a grace period.

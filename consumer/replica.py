@@ -445,7 +445,8 @@ class Replica:
         if recorder is None or recorder.failed is not None or not self.is_primary:
             return
         try:
-            stored = await asyncio.wait_for(self._store_recorded_hints(recorder), HINTS_TIMEOUT)
+            async with asyncio.timeout(HINTS_TIMEOUT):
+                stored = await self._store_recorded_hints(recorder)
             log.debug("stored recorded hints before exiting", extra={"shard": self.id, "stored": stored})
         except Exception as exc:
             log.info("storing recorded hints before exiting failed: %s", exc, extra={"shard": self.id})
@@ -559,7 +560,8 @@ class Replica:
                 self.store = None
             done.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), CLOSE_TIMEOUT)
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self._idle.wait()
             if store is not None:
                 try:
                     await store.destroy()
@@ -570,7 +572,8 @@ class Replica:
                     # A clean stop: the last recorded hints (fenced by the assignment: skipped
                     # once it is gone, and failing once a new primary took the log).
                     try:
-                        await asyncio.wait_for(self._store_recorded_hints(recorder), HINTS_TIMEOUT)
+                        async with asyncio.timeout(HINTS_TIMEOUT):
+                            await self._store_recorded_hints(recorder)
                     except Exception as exc:
                         log.info("storing recorded hints at stop failed: %s", exc, extra={"shard": self.id})
                 await recorder.close()
@@ -579,7 +582,8 @@ class Replica:
             # Let queued appends finish for a while (ACKs of committed transactions help readers;
             # the next primary writes them again anyway), then drop the rest: uncommitted.
             try:
-                await asyncio.wait_for(ajc.close(), FLUSH_TIMEOUT)
+                async with asyncio.timeout(FLUSH_TIMEOUT):
+                    await ajc.close()
             except BaseException:
                 with contextlib.suppress(Exception):
                     await ajc.close(cancel=True)

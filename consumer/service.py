@@ -32,7 +32,6 @@ replica is closed, and `lost` is set; it does not come back by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, Final
 
@@ -135,7 +134,8 @@ class ConsumerService:
             await asyncio.gather(*(r.store_hints_before_exit() for r in list(self.replicas.values())))
             try:
                 await self.announcement.set_exiting()
-                await asyncio.wait_for(self._wait_unassigned(), self.exit_timeout)
+                async with asyncio.timeout(self.exit_timeout):
+                    await self._wait_unassigned()
             except TimeoutError:
                 log.warning(
                     "shards are still assigned to this consumer after %gs; stopping anyway",
@@ -206,8 +206,12 @@ class ConsumerService:
         self._stop_allocator.set()
         task, self._allocator = self._allocator, None
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 5.0)
+            # It returns once it sees the event (between two plans); a stuck etcd call is cut off.
+            if not (await asyncio.wait({task}, timeout=5.0))[0]:
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.error("the allocator had failed: %s", exc, exc_info=exc)
         replicas, self.replicas = list(self.replicas.values()), {}
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)

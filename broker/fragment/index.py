@@ -170,7 +170,8 @@ class Index:
                     self.on_gap()
                     next_report, recheck = loop.time() + recheck, min(2 * recheck, GAP_RECHECK_MAX)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wait_for_change(), next_report - loop.time())
+                    async with asyncio.timeout(next_report - loop.time()):
+                        await self.wait_for_change()
                 continue
             await self.wait_for_change()
 

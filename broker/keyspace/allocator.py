@@ -925,7 +925,8 @@ async def _apply(
             return False
         log.debug("allocator applied %d ops at revision %d", len(ops), revision)
         try:
-            await asyncio.wait_for(keyspace.wait_for_revision(revision), SETTLE_TIMEOUT)
+            async with asyncio.timeout(SETTLE_TIMEOUT):
+                await keyspace.wait_for_revision(revision)
         except TimeoutError:
             log.warning("keyspace mirror did not reach revision %d within %gs", revision, SETTLE_TIMEOUT)
             return False

@@ -112,7 +112,8 @@ class Announcement:
         while True:
             await asyncio.sleep(interval)
             try:
-                resp = await asyncio.wait_for(self.client.refresh_lease(self.lease_id), interval)
+                async with asyncio.timeout(interval):
+                    resp = await self.client.refresh_lease(self.lease_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -105,7 +105,8 @@ class TLSClient(aetcd.Client):
         if self._connected.is_set():
             return
         if self._is_connecting:
-            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            async with asyncio.timeout(self._connect_wait_timeout):
+                await self._connected.wait()
             return
         try:
             self._is_connecting = True
@@ -140,12 +141,10 @@ async def _answer_error(client: Any, timeout: float) -> str | None:
     """None if etcd behind `client` serves a Range within `timeout` seconds, else what went wrong."""
     try:
         await client.connect()
-        await asyncio.wait_for(
-            client.kvstub.Range(
+        async with asyncio.timeout(timeout):
+            await client.kvstub.Range(
                 rpc.RangeRequest(key=b"\0", count_only=True), timeout=timeout, metadata=client.metadata
-            ),
-            timeout,
-        )
+            )
     except grpc.aio.AioRpcError as exc:
         return exc.details() or exc.code().name
     except Exception as exc:
@@ -156,7 +155,8 @@ async def _answer_error(client: Any, timeout: float) -> str | None:
 async def _port_open(host: str, port: int, timeout: float) -> bool:
     """Whether something accepts TCP connections at host:port."""
     try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            _reader, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
         return False
     writer.close()

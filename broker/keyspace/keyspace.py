@@ -429,7 +429,8 @@ class KeySpace:
     async def wait_for_change_within(self, timeout: float) -> None:
         """Wait until a batch is applied, or at most `timeout` seconds."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wait_for_change(), max(timeout, 0.0))
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self.wait_for_change()
 
     async def wait_for_revision(self, revision: int) -> None:
         """Wait until the mirror has applied `revision`.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import random
@@ -107,7 +108,6 @@ class StoreHealth:
                 self.error, failures, delay = "", 0, RECHECK_AFTER_SUCCESS
             self._checked.set()
             self._recheck.clear()
-            try:
-                await asyncio.wait_for(self._recheck.wait(), delay * random.uniform(1 - JITTER, 1 + JITTER))
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay * random.uniform(1 - JITTER, 1 + JITTER)):
+                    await self._recheck.wait()

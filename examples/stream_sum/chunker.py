@@ -177,7 +177,8 @@ class Chunker:
 
     async def _verify(self, stream: _Stream, waiter: asyncio.Future[Sum]) -> None:
         try:
-            got = await asyncio.wait_for(waiter, self.sum_timeout)
+            async with asyncio.timeout(self.sum_timeout):
+                got = await waiter
         except TimeoutError:
             self._waiting.pop(stream.id, None)
             raise ChunkerError(

@@ -479,7 +479,13 @@ class SummerProcess:
     async def signal(self, sig: int) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return await asyncio.to_thread(self.proc.wait, WAIT)
+        try:
+            return await asyncio.to_thread(self.proc.wait, WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # The consumer logs its tasks' stacks.
+            await asyncio.sleep(1.0)
+            self.proc.kill()
+            raise
 
 
 async def test_exactly_once_across_sigkilled_consume_processes(
@@ -490,9 +496,15 @@ async def test_exactly_once_across_sigkilled_consume_processes(
     FAILS, and every stream's sum verifies, exactly once."""
     d = deployment
     procs: dict[str, SummerProcess] = {}
+    started: list[SummerProcess] = []
 
     def start(name: str) -> None:
         procs[name] = SummerProcess(d, store, etcd_endpoint, broker, name, tmp_path)
+        started.append(procs[name])
+
+    def print_logs() -> None:
+        for p in started:
+            print(f"--- {p.name} (exit {p.proc.poll()}) ---\n{p.logs()[-6000:]}")
 
     async def stop(name: str, sig: int) -> int:
         return await procs.pop(name).signal(sig)
@@ -536,15 +548,18 @@ async def test_exactly_once_across_sigkilled_consume_processes(
         await d.all_primary({"summer-e", "summer-f"})
         await progress()
     except BaseException:
-        for p in procs.values():
-            print(f"--- {p.name} ---\n{p.logs()[-4000:]}")
+        print_logs()
         raise
     finally:
         for c in chunkers:
             c.stop()
-        stats = await runs if runs is not None else []
-        codes = {name: await stop(name, signal.SIGTERM) for name in list(procs)}
-    assert codes == {"summer-e": 0, "summer-f": 0}
+        try:
+            stats = await runs if runs is not None else []
+            codes = {name: await stop(name, signal.SIGTERM) for name in list(procs)}
+        except BaseException:
+            print_logs()
+            raise
+    assert codes == {"summer-e": 0, "summer-f": 0}, [p.logs()[-6000:] for p in started[-2:]]
 
     total = sum(s.streams for s in stats)
     assert [s.verified for s in stats] == [s.streams for s in stats]

@@ -217,6 +217,31 @@ async def test_close_releases_waiters(keyspace: KeySpace) -> None:
         await asyncio.wait_for(waiter, 5)
 
 
+async def test_a_waiter_cancelled_by_an_observer_of_its_change_ends_cancelled(
+    etcd_client: Any, etcd_prefix: str, keyspace: KeySpace
+) -> None:
+    """A shard closed by the batch that also wakes its wait (the mirror sets its change event, then
+    runs the observers that close shards) must stop: Python 3.11's asyncio.wait_for returned the
+    woken wait's result instead, and the shard served on while its close waited forever."""
+    await keyspace.load()
+    keyspace.watch()
+    resumed: list[str] = []
+
+    async def wait_then_serve() -> None:
+        await keyspace.wait_for_change_within(30.0)
+        resumed.append("served on after its cancellation")
+
+    waiter = asyncio.ensure_future(wait_then_serve())
+    remove = keyspace.add_observer(waiter.cancel)
+    await asyncio.sleep(0.05)
+    put = await etcd_client.put(item_key(etcd_prefix, "c").encode(), pb.JournalSpec(name="c").SerializeToString())
+    await asyncio.wait_for(keyspace.wait_for_revision(put.header.revision), 5)
+    remove()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiter, 5)
+    assert resumed == []
+
+
 async def test_watch_recovers_from_compaction(etcd_client: Any, etcd_prefix: str, keyspace: KeySpace) -> None:
     await keyspace.load()
     for name in ("c1", "c2"):
