@@ -346,10 +346,13 @@ def _check_identity(zone: str, broker_id: str, endpoint: str, limit: int) -> Non
 async def _serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     try:
-        await broker.start()
+        started = await broker.start_unless_signalled()
     except BaseException:
         await broker.abort()
         raise
+    if not started:
+        await broker.abort()
+        return
     await broker.run_until_signalled()
 
 

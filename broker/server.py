@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import tempfile
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,26 @@ def etcd_credentials(address: str | None, tls: TLSFiles) -> grpc.ChannelCredenti
     return tls.channel_credentials()
 
 
+async def unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await `work` unless `stop` is set first, which cancels it: whether `work` completed (its
+    error is raised). A process starts so once its signal handlers set `stop`: a SIGTERM while it
+    waits (for etcd, or for a previous process's lease on its member key to expire) ends the
+    start cleanly rather than killing the process mid-way."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
 def dump_tasks() -> None:
     """Log the stack of every asyncio task (SIGUSR1), to see what a broker that seems stuck waits on."""
     tasks = asyncio.all_tasks()
@@ -278,12 +299,26 @@ class Broker:
         log.error("etcd lease lost: this broker's assignments are void; exiting")
         self._stop.set()
 
-    async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then shut down in order."""
+    def handle_signals(self) -> None:
+        """SIGTERM and SIGINT stop the broker (a second one stops waiting for persists); SIGUSR1
+        logs what every task waits on."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+
+    async def start_unless_signalled(self) -> bool:
+        """`start()` with the signals handled from its first moment: False if SIGTERM or SIGINT came
+        first (the start is cancelled; `abort()` undoes it)."""
+        self.handle_signals()
+        started = await unless_stopped(self.start(), self._stop)
+        if not started:
+            log.info("signalled while starting: exiting")
+        return started
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then shut down in order."""
+        self.handle_signals()
         await self._stop.wait()
         await self.stop()
 
@@ -419,5 +454,10 @@ class Broker:
             obj = getattr(self, closer, None)
             if obj is not None:
                 await (obj.close() if closer == "listener" else obj.stop(None))
+        announcement = getattr(self, "announcement", None)
+        if announcement is not None:
+            # A start cut short while announcing: revoke the lease it took (with any member key).
+            with contextlib.suppress(Exception):
+                await announcement.release()
         if hasattr(self, "etcd"):
             await self.etcd.close()

@@ -323,7 +323,7 @@ def _check_identity(zone: str, consumer_id: str, endpoint: str, limit: int) -> N
 async def _consume(config: ConsumerConfig, application: Any) -> int:
     process = ConsumerProcess(config, application)
     try:
-        await process.start()
+        started = await process.start_unless_signalled()
     except (GazetteError, OSError, ValueError) as exc:
         log.debug("start failed", exc_info=True)
         await process.abort()
@@ -331,6 +331,9 @@ async def _consume(config: ConsumerConfig, application: Any) -> int:
     except BaseException:
         await process.abort()
         raise
+    if not started:
+        await process.abort()
+        return 0
     return await process.run_until_signalled()
 
 

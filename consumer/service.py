@@ -130,7 +130,8 @@ class ConsumerService:
         self._stopped = True
         # Local shards keep resolving while they are handed off (as Gazette stops serving local
         # shards only once Allocate returned): requests proxied here meanwhile are still answered.
-        if self._started and not self.lost.is_set():
+        # (Nothing to hand off before the member key was announced: a start cut short by a signal.)
+        if self._started and not self.lost.is_set() and self.announcement.revision:
             await asyncio.gather(*(r.store_hints_before_exit() for r in list(self.replicas.values())))
             try:
                 await self.announcement.set_exiting()

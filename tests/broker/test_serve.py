@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,30 @@ def test_sigusr1_logs_every_task_and_keeps_serving(tmp_path: Path, etcd_endpoint
         broker.wait_ready(timeout=5)  # Still serving.
     finally:
         assert broker.stop() == 0, broker.logs()
+
+
+def test_sigterm_while_waiting_for_the_member_key_ends_the_start(tmp_path: Path, etcd_endpoint: str) -> None:
+    """A broker started under the ID of one still serving waits for that member key (as a restarted
+    pod waits out its old lease); SIGTERM then ends the start: exit 0 at once rather than death by
+    the signal, the lease it took revoked, and the serving broker untouched."""
+    prefix = f"/test/{uuid.uuid4().hex}"
+    serving = BrokerProcess(tmp_path / "a", etcd_endpoint, prefix, broker_id="same-id").wait_ready()
+    try:
+        waiting = BrokerProcess(tmp_path / "b", etcd_endpoint, prefix, broker_id="same-id")
+        try:
+            deadline = time.monotonic() + 30
+            while "is held under another lease" not in waiting.logs():
+                assert time.monotonic() < deadline and waiting.proc.poll() is None, waiting.logs()
+                time.sleep(0.05)
+            assert waiting.stop(signal.SIGTERM, timeout=15) == 0, waiting.logs()
+        finally:
+            if waiting.proc.poll() is None:
+                waiting.stop(signal.SIGKILL)
+        logs = waiting.logs()
+        assert "signalled while starting: exiting" in logs and "Traceback" not in logs, logs
+        revoked = re.search(r"released \S+ \(lease ([0-9a-f]+)\)", logs)
+        held = re.search(r"announced \S+ under lease ([0-9a-f]+)", serving.logs())
+        assert revoked and held and revoked.group(1) != held.group(1), logs
+        serving.wait_ready(timeout=5)
+    finally:
+        assert serving.stop() == 0, serving.logs()

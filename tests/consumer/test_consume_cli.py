@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -198,6 +198,43 @@ async def test_consume_counts_stops_on_sigterm_and_resumes(
     finally:
         rc = await asyncio.to_thread(second.stop, signal.SIGINT)
     assert rc == 0, second.logs()
+
+
+async def test_sigterm_while_waiting_for_the_member_key_ends_the_start(
+    broker: BrokerProcess, etcd_endpoint: str, tmp_path: Path
+) -> None:
+    """A consumer started under the ID of one still serving waits for that member key (up to a
+    lease TTL once the other is gone); SIGTERM then ends its start: exit 0 at once, not death by the
+    signal, and the serving consumer is untouched."""
+    db = tmp_path / "counts.db"
+    create_tables(db)
+    prefix = f"/test/{uuid.uuid4().hex}"
+    serving = ConsumerProcess(tmp_path, broker, etcd_endpoint, prefix, db, "same-id")
+    waiting: ConsumerProcess | None = None
+    try:
+        await asyncio.to_thread(serving.wait_ready)
+        waiting = ConsumerProcess(tmp_path, broker, etcd_endpoint, prefix, db, "same-id")
+        await until_logged(waiting.logs, "is held under another lease")
+        rc = await asyncio.to_thread(waiting.stop, signal.SIGTERM, 15.0)
+        assert rc == 0, waiting.logs()
+        assert "signalled while starting: exiting" in waiting.logs()
+        assert "Traceback" not in waiting.logs() and "graceful exit failed" not in waiting.logs()
+        await asyncio.to_thread(serving.wait_ready, 5.0)
+    finally:
+        if waiting is not None and waiting.proc.poll() is None:
+            waiting.stop(signal.SIGKILL)
+        rc = await asyncio.to_thread(serving.stop, signal.SIGTERM)
+    assert rc == 0, serving.logs()
+
+
+async def until_logged(logs: Callable[[], str], text: str, timeout: float = WAIT) -> None:
+    """Wait until `text` is in `logs()`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while text not in logs():
+        if loop.time() > deadline:
+            pytest.fail(f"{text!r} was not logged within {timeout}s:\n{logs()}")
+        await asyncio.sleep(0.05)
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from examples.stream_sum.summer import (
     to_unsigned,
 )
 from tests.broker.client.helpers import wait_for_primary
-from tests.harness import ROOT, BrokerCluster, BrokerProcess, free_port
+from tests.harness import ROOT, BrokerCluster, BrokerProcess, free_port, wait_http_ready
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")
@@ -463,9 +463,10 @@ class SummerProcess:
             env[ENV_DSN] = store["dsn"]
         else:
             env[ENV_SQLITE_DIR] = str(store["sqlite_dir"])
+        self.port = free_port()
         args = [
             sys.executable, "-m", "consumer", "consume", "examples.stream_sum:summer",
-            "--consumer.id", name, "--consumer.port", str(free_port()), "--consumer.host", "127.0.0.1",
+            "--consumer.id", name, "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker.url, "--etcd.address", etcd,
             "--etcd.prefix", d.root, "--etcd.lease", "3", "--consumer.watch-delay", "0.01",
         ]
@@ -475,6 +476,10 @@ class SummerProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        """Until the process serves (a restart under the same ID first waits out the old lease)."""
+        wait_http_ready(self.name, f"http://127.0.0.1:{self.port}", self.proc, self.logs, WAIT)
 
     async def signal(self, sig: int) -> int:
         if self.proc.poll() is None:
@@ -688,6 +693,8 @@ async def test_exactly_once_while_consumers_and_brokers_are_sigkilled(
                     assert await procs.pop(name).signal(signal.SIGKILL) == -signal.SIGKILL
                     events.append(f"SIGKILLed {name}")
                     start(name, index)  # The same --consumer.id: it announces once the old lease expired.
+                    # Until then the dead process's assignments still read PRIMARY under its name.
+                    await asyncio.to_thread(procs[name].wait_ready)
                     await d.all_primary(set(summers))
                 else:
                     index = (round // 2) % 2
@@ -700,9 +707,14 @@ async def test_exactly_once_while_consumers_and_brokers_are_sigkilled(
                     events.append(f"restarted {new.broker_id}; journals routed")
                 await progress()
         except BaseException:
+            # What each process waits on (their SIGUSR1 logs every asyncio task's stack).
+            for proc in [p.proc for p in procs.values()] + [slot.proc.proc for slot in cluster.slots]:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGUSR1)
+            await asyncio.sleep(1.0)
             print("events:", *events, sep="\n  ")
             for p in procs.values():
-                print(f"--- {p.name} ---\n{p.logs()[-6000:]}")
+                print(f"--- {p.name} ---\n{p.logs()[-12000:]}")
             print("broker warnings and errors:", *cluster.log_lines()[-40:], sep="\n")
             raise
         finally:
