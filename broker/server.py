@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,12 +189,20 @@ def etcd_credentials(address: str | None, tls: TLSFiles) -> grpc.ChannelCredenti
     return tls.channel_credentials()
 
 
-async def unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
-    """Await `work` unless `stop` is set first, which cancels it: whether `work` completed (its
-    error is raised). A process starts so once its signal handlers set `stop`: a SIGTERM while it
-    waits (for etcd, or for a previous process's lease on its member key to expire) ends the
-    start cleanly rather than killing the process mid-way."""
-    task = asyncio.ensure_future(work)
+def handle_stop_signals(on_stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT call `on_stop`; SIGUSR1 logs what every task waits on (`dump_tasks`)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_stop)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+
+
+async def start_unless_stopped(start: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await a process's `start` unless `stop` is set first (by its signal handlers), which cancels
+    it: whether it completed (its error is raised). A SIGTERM while a process waits (for etcd, or
+    for a previous process's lease on its member key to expire) so ends the start cleanly, where
+    it would kill the process mid-way."""
+    task = asyncio.ensure_future(start)
     stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -204,6 +212,7 @@ async def unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
             task.cancel()
             await asyncio.wait({task})
     if task.cancelled():
+        log.info("signalled while starting: exiting")
         return False
     task.result()
     return True
@@ -299,26 +308,16 @@ class Broker:
         log.error("etcd lease lost: this broker's assignments are void; exiting")
         self._stop.set()
 
-    def handle_signals(self) -> None:
-        """SIGTERM and SIGINT stop the broker (a second one stops waiting for persists); SIGUSR1
-        logs what every task waits on."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal)
-        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
-
     async def start_unless_signalled(self) -> bool:
         """`start()` with the signals handled from its first moment: False if SIGTERM or SIGINT came
         first (the start is cancelled; `abort()` undoes it)."""
-        self.handle_signals()
-        started = await unless_stopped(self.start(), self._stop)
-        if not started:
-            log.info("signalled while starting: exiting")
-        return started
+        handle_stop_signals(self._on_signal)
+        return await start_unless_stopped(self.start(), self._stop)
 
     async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then shut down in order."""
-        self.handle_signals()
+        """Serve until SIGTERM or SIGINT (a second one stops waiting for persists), then shut down
+        in order."""
+        handle_stop_signals(self._on_signal)
         await self._stop.wait()
         await self.stop()
 

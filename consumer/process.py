@@ -50,7 +50,13 @@ from broker.keyspace.etcd import EtcdConnection
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS
 from broker.protocol.auth import KeyedAuth
-from broker.server import STOP_GRACE, dump_tasks, etcd_credentials, grpc_server_options, unless_stopped
+from broker.server import (
+    STOP_GRACE,
+    etcd_credentials,
+    grpc_server_options,
+    handle_stop_signals,
+    start_unless_stopped,
+)
 from broker.tls import ServerTLS
 from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
@@ -320,29 +326,19 @@ class ConsumerProcess:
             log.debug("init_application failed", exc_info=True)
             raise ApplicationInitError(f"init_application failed: {type(exc).__name__}: {exc}") from exc
 
-    def handle_signals(self) -> None:
-        """SIGTERM and SIGINT stop the consumer; SIGUSR1 logs what every task waits on."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal)
-        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
-
     async def start_unless_signalled(self) -> bool:
         """`start()` with the signals handled from its first moment: False if SIGTERM or SIGINT came
         first (the start is cancelled; `abort()` undoes it). A consumer restarted under its old
         --consumer.id waits up to a lease TTL for the old member key: a signal ends that wait."""
-        self.handle_signals()
-        started = await unless_stopped(self.start(), self._stop)
-        if not started:
-            log.info("signalled while starting: exiting")
-        return started
+        handle_stop_signals(self._on_signal)
+        return await start_unless_stopped(self.start(), self._stop)
 
     async def run_until_signalled(self) -> int:
         """Serve until SIGTERM or SIGINT (then stop, and return 0), or until the member's lease is
         lost (then stop, and return 1)."""
         assert self.service is not None
         loop = asyncio.get_running_loop()
-        self.handle_signals()
+        handle_stop_signals(self._on_signal)
         lost = asyncio.ensure_future(self.service.lost.wait())
         stop = asyncio.ensure_future(self._stop.wait())
         try:
