@@ -14,6 +14,7 @@ import grpc
 
 from broker.client.config import dial_target, resolve_broker_address
 from broker.client.http_append import HttpAppends
+from broker.client.http_conn import HttpConnections
 from broker.client.routes import RouteCache, primary_endpoint, read_endpoint
 from broker.protocol import pb, pb_grpc
 from broker.protocol.credentials import Credentials
@@ -79,7 +80,8 @@ class JournalClient:
     fragment URLs are rooted (the brokers' `--broker.file-root`, when shared). `routes=None`
     disables the route cache, so every request goes to `address` and brokers proxy it.
     `credentials` (token, TLS files) default to the `BROKER_*` environment variables.
-    `http_appends=False` makes `append()` use a gRPC Append always (see broker.client.http_append).
+    `http_appends=False` makes `append()` use a gRPC Append always (see broker.client.http_append);
+    `http_reads=False` makes every read a gRPC Read (see broker.client.http_read).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class JournalClient:
         dialer: Dialer | None = None,
         credentials: Credentials | None = None,
         http_appends: bool = True,
+        http_reads: bool = True,
     ) -> None:
         self.address = resolve_broker_address(address)
         dial_target(self.address)  # Fail now, with a clear error, on a malformed address.
@@ -102,8 +105,12 @@ class JournalClient:
         if route_cache:
             self.routes = routes if routes is not None else RouteCache()
         self.dialer = dialer or Dialer(credentials=credentials)
-        self.http_appends = HttpAppends() if http_appends else None
-        """Kept-alive HTTP connections for `append()`'s small PUTs (None: every append is a gRPC Append)."""
+        self.http = HttpConnections()
+        """Kept-alive HTTP connections to brokers' gateways, for PUTs and GETs."""
+        self.http_appends = HttpAppends(self.http) if http_appends else None
+        """`append()`'s PUTs (None: every append is a gRPC Append)."""
+        self.http_reads = http_reads
+        """Whether plain reads of `http://` brokers are GETs (else every read is a gRPC Read)."""
 
     def stub(self, endpoint: str | None = None) -> pb_grpc.JournalStub:
         """A stub of `endpoint`, or of the default address."""
@@ -139,8 +146,7 @@ class JournalClient:
 
     async def close(self) -> None:
         """Close the client's channels and connections."""
-        if self.http_appends is not None:
-            await self.http_appends.close()
+        await self.http.close()
         await self.dialer.close()
 
     async def __aenter__(self) -> JournalClient:

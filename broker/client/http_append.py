@@ -25,12 +25,12 @@ import asyncio
 import contextlib
 import re
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
 
 import grpc
 from google.protobuf import text_format
 
 from broker.client.errors import AppendOutcomeUnknown, ProtocolError, TransportError, status_error
+from broker.client.http_conn import HttpConnections, NotHttp
 from broker.fragment.sums import sha1sum_from_digest
 from broker.protocol import pb
 from broker.protocol.validation import validate_append_request
@@ -40,59 +40,37 @@ HTTP_APPEND_LIMIT = 64 << 20
 was measured faster at every size up to 8 MiB (1 MiB: p50 2.0 ms against 4.1 ms)."""
 SMALL_WRITE = 16 << 10
 """Content up to this size is joined with the request head into one write (one send)."""
-IDLE_CONNECTIONS = 8
-"""Kept-alive connections kept per endpoint."""
 MAX_HEAD = 64 << 10
 """Largest response head accepted."""
 
 _STATUS_BODY = re.compile(r"(?:.*: )?([A-Z_]+)\n?")
 
 
-class NotHttp(Exception):
-    """The endpoint answered a PUT with something other than HTTP/1.1 (a gRPC-only server): it
-    cannot have appended anything, and `append()` uses a gRPC Append there from then on."""
-
-
-@dataclass
-class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-
-    def usable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 class HttpAppends:
-    """Kept-alive HTTP connections to brokers, by endpoint, for `append()`'s PUTs."""
+    """`append()`'s PUTs over the client's kept-alive HTTP connections."""
 
-    def __init__(self) -> None:
-        self._idle: dict[str, list[_Connection]] = {}
-        self._targets: dict[str, tuple[str, int, bytes]] = {}
-        self._paths: dict[str, bytes] = {}
+    def __init__(self, connections: HttpConnections) -> None:
+        self.connections = connections
         self._routes: dict[str, tuple[bytes, pb.Route]] = {}
-        self._not_http: set[str] = set()
+        self._validated: set[str] = set()
 
     def takes(self, endpoint: str, size: int) -> bool:
         """Whether an append of `size` bytes to `endpoint` goes as a PUT."""
-        return size <= HTTP_APPEND_LIMIT and endpoint.startswith("http://") and endpoint not in self._not_http
+        return size <= HTTP_APPEND_LIMIT and self.connections.takes(endpoint)
 
     async def append(
         self, endpoint: str, journal: str, content: bytes | bytearray | memoryview, authorization: str | None
     ) -> pb.AppendResponse:
         """PUT `content` to `journal` at `endpoint`; the OK reply (commit and route), or raise."""
-        host, port, host_header = self._target(endpoint)
-        path = self._paths.get(journal)
-        if path is None:
+        connections = self.connections
+        if journal not in self._validated:
             validate_append_request(pb.AppendRequest(journal=journal))  # Once per journal.
-            path = self._paths[journal] = quote(journal, safe="/").encode()
+            self._validated.add(journal)
         head = b"PUT /%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nExpect: 100-continue\r\n" % (
-            path, host_header, len(content))
+            connections.path(journal), connections.host_header(endpoint), len(content))
         if authorization:
             head += b"Authorization: " + authorization.encode("latin-1") + b"\r\n"
-        conn = await self._connect(endpoint, host, port, journal)
+        conn = await connections.connect(endpoint, journal)
         progress = _Progress()
         try:
             if len(content) <= SMALL_WRITE:
@@ -102,7 +80,7 @@ class HttpAppends:
             status, headers, body = await _read_response(conn.reader, progress)
         except NotHttp:
             conn.close()
-            self._not_http.add(endpoint)
+            connections.not_http.add(endpoint)
             raise
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             conn.close()
@@ -121,39 +99,8 @@ class HttpAppends:
         if headers.get(b"connection", b"").lower() == b"close":
             conn.close()
         else:
-            self._release(endpoint, conn)
+            connections.release(endpoint, conn)
         return self._response(endpoint, journal, status, headers, body)
-
-    def _target(self, endpoint: str) -> tuple[str, int, bytes]:
-        target = self._targets.get(endpoint)
-        if target is None:
-            url = urlsplit(endpoint)
-            host, port = url.hostname or "localhost", url.port or 80
-            target = self._targets[endpoint] = (host, port, url.netloc.encode("idna"))
-        return target
-
-    async def _connect(self, endpoint: str, host: str, port: int, journal: str) -> _Connection:
-        idle = self._idle.get(endpoint)
-        while idle:
-            conn = idle.pop()
-            if conn.usable():
-                return conn
-            conn.close()
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
-            raise TransportError(
-                f"broker {endpoint}: UNAVAILABLE: {exc.strerror or exc}", code=grpc.StatusCode.UNAVAILABLE,
-                journal=journal,
-            ) from None
-        return _Connection(reader, writer)
-
-    def _release(self, endpoint: str, conn: _Connection) -> None:
-        idle = self._idle.setdefault(endpoint, [])
-        if len(idle) < IDLE_CONNECTIONS and conn.usable():
-            idle.append(conn)
-        else:
-            conn.close()
 
     def _response(
         self, endpoint: str, journal: str, status: int, headers: dict[bytes, bytes], body: bytes
@@ -201,12 +148,6 @@ class HttpAppends:
             text_format.Parse(token.decode("utf-8"), route)
         self._routes[journal] = (token, route)
         return route
-
-    async def close(self) -> None:
-        idle, self._idle = self._idle, {}
-        for conns in idle.values():
-            for conn in conns:
-                conn.close()
 
 
 @dataclass

@@ -43,6 +43,7 @@ from typing import Any
 
 from broker.client import JournalClient, append
 from broker.client.http_append import HttpAppends
+from broker.client.http_conn import HttpConnections
 from broker.protocol import pb
 from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
 from tests.broker.client.helpers import create_journal
@@ -202,14 +203,15 @@ async def one_at_a_time(put: Callable[[bytes], Awaitable[object]], payload: byte
 
 
 async def measure_null(endpoint: str, pid: int, sizes: list[int], counts: dict[int, int]) -> dict[int, Row]:
-    appends = HttpAppends()
+    connections = HttpConnections()
+    appends = HttpAppends(connections)
     try:
         async def put(payload: bytes) -> object:
             return await appends.append(endpoint, JOURNAL, payload, None)
 
         return {size: await one_at_a_time(put, os.urandom(size), counts[size], pid) for size in sizes}
     finally:
-        await appends.close()
+        await connections.close()
 
 
 async def measure_broker(url: str, pid: int, sizes: list[int], counts: dict[int, int]) -> dict[int, Row]:

@@ -63,6 +63,14 @@ def http_puts(broker: BrokerProcess) -> int:
     return _counter(broker, "gazette_http_requests_total", 'code="204",method="PUT"')
 
 
+def http_gets(broker: BrokerProcess) -> int:
+    """The broker gateway's count of GETs of journals answered (206, or an error; not this one's 200)."""
+    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    found = re.findall(r'^gazette_http_requests_total{code="(\d+)",method="GET"} (\S+)$', text, re.MULTILINE)
+    return sum(int(float(n)) for code, n in found if code != "200")
+
+
 def _counter(broker: BrokerProcess, name: str, labels: str) -> int:
     """The value of counter `name` whose labels match the pattern `labels` (0 if absent)."""
     with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:

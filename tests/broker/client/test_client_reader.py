@@ -1,8 +1,11 @@
-"""Reader and RetryReader against a real broker: content, metadata, offset jumps, the write head, errors."""
+"""Reader and RetryReader against a real broker: content, metadata, offset jumps, the write head,
+errors; each over both transports, a GET of the gateway and a Read RPC."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +20,19 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb
-from tests.broker.client.helpers import create_journal, new_journal, unique, wait_for_read_rpcs
+from tests.broker.client.helpers import create_journal, http_gets, new_journal, unique, wait_for_read_rpcs
 from tests.harness import BrokerProcess, journal_spec
+
+
+@pytest.fixture(params=[True, False], ids=["http-reads", "grpc-reads"])
+async def client(
+    request: pytest.FixtureRequest, broker: BrokerProcess, file_root: Path
+) -> AsyncIterator[JournalClient]:
+    """A client whose plain reads are GETs, or Read RPCs; each test's reads went the way asked."""
+    gets = await asyncio.to_thread(http_gets, broker)
+    async with JournalClient(broker.url, file_root=str(file_root), http_reads=request.param) as c:
+        yield c
+    assert (await asyncio.to_thread(http_gets, broker) > gets) == request.param
 
 
 async def read_to_head(reader: Reader | RetryReader) -> bytes:
