@@ -218,7 +218,7 @@ class JournalsRead:
         opts = self.options
         rr = RetryReader(
             self.client, journal, offset=offset, block=opts.block, do_not_proxy=opts.do_not_proxy,
-            begin_mod_time=opts.begin_mod_time,
+            begin_mod_time=opts.begin_mod_time, fragment_metadata=True,  # Fragment ends are append boundaries.
         )
         pending = bytearray()  # Read but not yet written; it begins at self.offsets[journal].
         streaming = False  # Whether we hold the output lock, writing straight through to a boundary.

@@ -91,8 +91,9 @@ class Reader:
     A plain read (no `do_not_proxy`, `metadata_only` or `begin_mod_time`) of an `http://` broker
     is an HTTP GET of the broker's gateway rather than a Read RPC, at a fraction of its cost (see
     broker.client.http_read; JournalClient(http_reads=False) turns that off). It reads the same
-    bytes and raises the same errors; `fragment` and `write_head` are then those of the read's
-    start, `fragment_url` is empty and `header` carries the route alone.
+    bytes and raises the same errors, but `fragment` and `write_head` are those of the read's
+    start, `fragment_url` is empty and `header` carries the route alone: a caller that follows
+    fragments (e.g. to find append boundaries at their ends) asks for `fragment_metadata`.
     """
 
     def __init__(
@@ -106,8 +107,11 @@ class Reader:
         metadata_only: bool | None = None,
         end_offset: int | None = None,
         begin_mod_time: int | None = None,
+        fragment_metadata: bool = False,
     ) -> None:
         self.client = client
+        self.fragment_metadata = fragment_metadata
+        """Whether `fragment` and `write_head` follow the read across fragments (a Read RPC, never a GET)."""
         self.request = read_request(
             request, offset=offset, block=block, do_not_proxy=do_not_proxy, metadata_only=metadata_only,
             end_offset=end_offset, begin_mod_time=begin_mod_time,
@@ -190,7 +194,8 @@ class Reader:
         self.endpoint = self.client.endpoint(self.journal, primary=False)
         self.response = pb.ReadResponse()
         client = self.client
-        if client.http_reads and client.http.takes(self.endpoint) and takes_request(self.request):
+        if (not self.fragment_metadata and client.http_reads and client.http.takes(self.endpoint)
+                and takes_request(self.request)):
             self._call = HttpRead(client.http, self.endpoint, self.request, client.authorization())
             return
         req = self.request
@@ -373,13 +378,14 @@ class RetryReader:
         metadata_only: bool | None = None,
         end_offset: int | None = None,
         begin_mod_time: int | None = None,
+        fragment_metadata: bool = False,
         max_backoff: float = DEFAULT_MAX_BACKOFF,
     ) -> None:
         self.client = client
         self.max_backoff = max_backoff
         self.reader = Reader(
             client, request, offset=offset, block=block, do_not_proxy=do_not_proxy, metadata_only=metadata_only,
-            end_offset=end_offset, begin_mod_time=begin_mod_time,
+            end_offset=end_offset, begin_mod_time=begin_mod_time, fragment_metadata=fragment_metadata,
         )
         self.restarts = 0
         """How many times the underlying Reader was restarted (after errors or a closed stream)."""
@@ -403,7 +409,7 @@ class RetryReader:
         return self.reader.fragment
 
     def _restart(self) -> None:
-        self.reader = Reader(self.client, self.reader.request)
+        self.reader = Reader(self.client, self.reader.request, fragment_metadata=self.reader.fragment_metadata)
         self.restarts += 1
         self._progress = False
 
@@ -473,7 +479,7 @@ class RetryReader:
             req = pb.ReadRequest()
             req.CopyFrom(self.reader.request)
             req.offset = offset
-            self.reader = Reader(self.client, req)
+            self.reader = Reader(self.client, req, fragment_metadata=self.reader.fragment_metadata)
             self._progress = False
             return offset
 

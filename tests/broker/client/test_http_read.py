@@ -40,6 +40,30 @@ async def test_plain_reads_are_gets_and_the_others_read_rpcs(broker: BrokerProce
     assert (http_gets(broker), read_rpcs(broker, journal)) == (gets + 2, rpcs + 6)
 
 
+async def test_fragment_metadata_follows_the_read_across_fragments(
+    broker: BrokerProcess, client: JournalClient
+) -> None:
+    journal = await new_journal(client, "http-read", length=1024)  # Each append rolls a new fragment.
+    for part in (b"a" * 2000, b"b" * 2000, b"c" * 2000):
+        await append(client, journal, part)
+
+    async def fragments_seen(reader: Reader) -> list[tuple[int, int]]:
+        seen: list[tuple[int, int]] = []
+        async for _ in reader:
+            assert reader.fragment is not None
+            if (reader.fragment.begin, reader.fragment.end) not in seen:
+                seen.append((reader.fragment.begin, reader.fragment.end))
+        return seen
+
+    gets = http_gets(broker)
+    followed = await fragments_seen(Reader(client, journal, fragment_metadata=True))
+    assert followed == [(0, 2000), (2000, 4000), (4000, 6000)]
+    assert http_gets(broker) == gets, "a Read RPC"
+    # A GET reports the metadata of the read's start only.
+    assert await fragments_seen(Reader(client, journal)) == [(0, 2000)]
+    assert http_gets(broker) == gets + 1
+
+
 async def test_a_tailing_get_follows_appends_to_its_end_offset(broker: BrokerProcess, client: JournalClient) -> None:
     journal = await new_journal(client, "http-read")
     await append(client, journal, b"first;")  # [0, 6)
