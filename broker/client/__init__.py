@@ -2,8 +2,11 @@
 
 - `JournalClient` (dial): the default broker address, a channel per endpoint, and a RouteCache
   (routes): requests go straight to a journal's primary (appends) or a same-zone member (reads).
-- `Reader` / `RetryReader` (reader): a Read RPC as an async byte stream; the retrying one
+- `Reader` / `RetryReader` (reader): a read of a journal as an async byte stream (a Read RPC, or
+  for a plain read of an `http://` broker a GET of its gateway: http_read); the retrying one
   survives transport errors, broker restarts and route changes without losing or repeating a byte.
+- http_conn, http_append, http_read: the kept-alive HTTP/1.1 connections, PUTs and GETs that
+  `append()` and the Reader use where a broker's gateway takes the request for less than gRPC.
 - `Appender` / `append` (appender): one Append RPC; commit on close, abort on error.
 - `AppendService` / `AsyncAppend` (append_service): batched, ordered, retried background appends
   with bounded memory (spilling to temporary files).

@@ -125,6 +125,7 @@ class HttpRead:
                     return None
                 if self._conn is None:
                     await self._send(fresh=False)
+                    continue  # It may have found nothing to read.
                 await self._receive_more()
             return self._frames.popleft()
         except BaseException:

@@ -90,6 +90,8 @@ async def test_reader_iteration_end_offset_and_metadata_only(client: JournalClie
     bounded = Reader(client, journal, offset=3, end_offset=12)
     assert await read_to_head(bounded) == b"3456789ab"
     assert bounded.offset == 12
+    empty = Reader(client, journal, offset=5, end_offset=5)
+    assert await empty.read() == b"" and empty.offset == 5
 
     meta = Reader(client, journal, offset=11, metadata_only=True)
     assert await meta.read() == b""

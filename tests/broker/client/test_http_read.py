@@ -101,7 +101,7 @@ async def test_a_broker_restarted_between_reads(tmp_path: Path, etcd_endpoint: s
             # The stopped broker persisted the fragment: wait (over gRPC) until the new one lists it.
             async with JournalClient(again.url, http_reads=False) as grpc_reads:
                 async with asyncio.timeout(30):
-                    while await read_to_head(Reader(grpc_reads, journal)) != b"kept":
+                    while await read_to_head(RetryReader(grpc_reads, journal)) != b"kept":
                         await asyncio.sleep(0.1)
             # The kept-alive connection is gone with the broker that had it: a plain Reader (which
             # retries nothing) reads on a new one.
