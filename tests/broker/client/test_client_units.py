@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker import client
@@ -27,8 +28,10 @@ from broker.client import (
 )
 from broker.client import config as client_config
 from broker.client.fragments import open_fragment_url
+from broker.client.http_read import _GO_CODES, _RPC_ERROR
 from broker.client.routes import primary_endpoint, read_endpoint
 from broker.fragment.codecs import compressor
+from broker.gateway.responses import rpc_error_text
 from broker.protocol import pb
 
 # --- Errors ----------------------------------------------------------------------------------
@@ -259,3 +262,14 @@ async def test_http_fragment_urls(store: str) -> None:
     with pytest.raises(FragmentReadError, match="!OK fetching") as info:
         await open_fragment_url(fragment(pb.NONE), f"{store}/missing?X-Amz-Signature=secret", BEGIN)
     assert "secret" not in str(info.value)  # Signatures stay out of error texts.
+
+
+def test_a_get_reads_back_every_grpc_code_the_gateway_writes() -> None:
+    """A GET's error text is a gRPC error in grpc-go's words (broker.gateway.responses): the Reader
+    takes each back to its code, so a refused token stays fatal and an unreachable peer retried."""
+    for code in grpc.StatusCode:
+        if code is grpc.StatusCode.OK:
+            continue
+        err = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="what went wrong")
+        match = _RPC_ERROR.fullmatch(rpc_error_text(err))
+        assert match is not None and _GO_CODES[match.group(1)] is code and match.group(2) == "what went wrong"
