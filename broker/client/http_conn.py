@@ -19,6 +19,9 @@ from broker.client.errors import TransportError
 
 IDLE_CONNECTIONS = 8
 """Kept-alive connections kept per endpoint."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection has to be made: a broker host that drops packets is given up on in
+that time (the OS would keep trying for minutes), and a RetryReader tries another member."""
 
 
 class NotHttp(Exception):
@@ -44,7 +47,8 @@ class HttpConnection:
 class HttpConnections:
     """Kept-alive HTTP connections, by endpoint (`http://host:port`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, connect_timeout: float = CONNECT_TIMEOUT) -> None:
+        self.connect_timeout = connect_timeout
         self._idle: dict[str, list[HttpConnection]] = {}
         self._targets: dict[str, tuple[str, int, bytes]] = {}
         self._paths: dict[str, bytes] = {}
@@ -86,11 +90,13 @@ class HttpConnections:
             conn.close()
         host, port, _ = self._target(endpoint)
         try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
+            async with asyncio.timeout(self.connect_timeout):
+                reader, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            reason = f"no connection within {self.connect_timeout:g} s" if isinstance(exc, TimeoutError) else (
+                exc.strerror or str(exc))
             raise TransportError(
-                f"broker {endpoint}: UNAVAILABLE: {exc.strerror or exc}", code=grpc.StatusCode.UNAVAILABLE,
-                journal=journal,
+                f"broker {endpoint}: UNAVAILABLE: {reason}", code=grpc.StatusCode.UNAVAILABLE, journal=journal,
             ) from None
         return HttpConnection(reader, writer)
 
@@ -109,4 +115,4 @@ class HttpConnections:
                 conn.close()
 
 
-__all__ = ["IDLE_CONNECTIONS", "HttpConnection", "HttpConnections", "NotHttp"]
+__all__ = ["CONNECT_TIMEOUT", "IDLE_CONNECTIONS", "HttpConnection", "HttpConnections", "NotHttp"]

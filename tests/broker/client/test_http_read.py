@@ -5,6 +5,8 @@ endpoint. (test_client_reader runs the Reader's own tests over both transports.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -147,3 +149,26 @@ async def test_a_grpc_only_endpoint_is_read_by_rpcs(broker: BrokerProcess, grpc_
         assert grpc_only in client.http.not_http, "remembered: later reads go straight to gRPC"
         assert await read_to_head(Reader(client, journal, offset=8)) == b"a proxy"
     await wait_for_read_rpcs(broker, journal, rpcs + 2)
+
+
+async def test_a_broker_that_never_answers_the_connect_is_given_up_on() -> None:
+    # A listener that never accepts, its queue full: further connects hang, as to a host that drops packets.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        queued = [socket.socket() for _ in range(3)]
+        for sock in queued:
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.connect(("127.0.0.1", port))
+        try:
+            async with JournalClient(f"http://127.0.0.1:{port}") as client:
+                client.http.connect_timeout = 0.5
+                with pytest.raises(TransportError) as info:
+                    await Reader(client, "http-read/anything").read()
+                assert info.value.code == grpc.StatusCode.UNAVAILABLE
+                assert "no connection within 0.5 s" in str(info.value)
+        finally:
+            for sock in queued:
+                sock.close()
