@@ -92,8 +92,9 @@ class Reader:
     is an HTTP GET of the broker's gateway rather than a Read RPC, at a fraction of its cost (see
     broker.client.http_read; JournalClient(http_reads=False) turns that off). It reads the same
     bytes and raises the same errors, but `fragment` and `write_head` are those of the read's
-    start, `fragment_url` is empty and `header` carries the route alone: a caller that follows
-    fragments (e.g. to find append boundaries at their ends) asks for `fragment_metadata`.
+    start, `fragment_url` is empty, `header` carries the route alone, and a chunk is what arrived
+    (a Read RPC's end at fragment ends): a caller that follows fragments (e.g. to find append
+    boundaries at their ends) asks for `fragment_metadata`.
     """
 
     def __init__(

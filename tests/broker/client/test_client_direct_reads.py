@@ -96,8 +96,9 @@ async def test_offset_jump_over_removed_fragment(client: JournalClient, file_roo
     with pytest.raises(OffsetJump) as info:
         await reader.read()
     assert (info.value.offset, info.value.to) == (0, first.end)
-    # The broker proxies the persisted fragments (no do_not_proxy), then serves the spool.
-    assert await reader.read() == record(1)
-    assert await read_to_head(reader) == record(2)
+    # The broker proxies the persisted fragments (no do_not_proxy), then serves the spool. (Whether
+    # one read() returns a fragment or more is the transport's: a Read RPC's chunks end at
+    # fragment ends, a GET's are what arrived.)
+    assert await read_to_head(reader) == record(1) + record(2)
     # Iterating continues across the jump.
     assert await read_to_head(RetryReader(client, journal, do_not_proxy=True)) == record(1) + record(2)
