@@ -45,6 +45,7 @@ from broker.client.http_conn import HttpConnection, HttpConnections, NotHttp
 from broker.fragment.errors import FragmentError
 from broker.fragment.names import parse_fragment_from_relative_path
 from broker.protocol import pb
+from broker.protocol.rpc_errors import parse_rpc_error_text
 
 READ_SIZE = 1 << 20
 """Bytes taken from the connection per receive: a whole content frame (or many small ones) at once."""
@@ -52,7 +53,6 @@ MAX_ERROR_BODY = 64 << 10
 """Largest error body read: the gateway's are a line of text."""
 
 _CONTENT_RANGE = re.compile(rb"bytes (\d+)-")
-_RPC_ERROR = re.compile(r"rpc error: code = (\w+) desc = (.*)", re.DOTALL)
 _ENDS_STREAM = frozenset({"", "broker terminated RPC", "offset jump"})
 """X-Close-Error values that end the read without an error: the Reader (or RetryReader) goes on
 from where it is with a new read, as after a Read RPC that ends."""
@@ -256,10 +256,10 @@ class HttpRead:
 
     def _raise_for(self, text: str, otherwise: str) -> None:
         """Raise the TransportError of a gateway's error text (a gRPC error in grpc-go's words)."""
-        match = _RPC_ERROR.fullmatch(text)
-        if match is not None:
-            code = _GO_CODES.get(match.group(1), grpc.StatusCode.UNKNOWN)
-            raise TransportError(f"broker {self.endpoint}: {code.name}: {match.group(2)}", code=code,
+        rpc_error = parse_rpc_error_text(text)
+        if rpc_error is not None:
+            code, details = rpc_error
+            raise TransportError(f"broker {self.endpoint}: {code.name}: {details}", code=code,
                                  journal=self.journal, offset=self.offset)
         if self._status == 401:
             code = grpc.StatusCode.UNAUTHENTICATED
@@ -287,9 +287,5 @@ class HttpRead:
         return TransportError(f"broker {self.endpoint}: UNAVAILABLE: {what}", code=grpc.StatusCode.UNAVAILABLE,
                               journal=self.journal, offset=self.offset)
 
-
-_GO_CODES = {"".join(part.capitalize() for part in code.name.split("_")): code for code in grpc.StatusCode}
-"""gRPC codes by grpc-go's names for them (as broker.gateway.responses.rpc_error_text writes them)."""
-_GO_CODES["Canceled"] = grpc.StatusCode.CANCELLED
 
 __all__ = ["HttpRead", "NotHttp", "takes_request"]

@@ -13,6 +13,7 @@ import grpc
 from broker.fragment.names import go_join
 from broker.protocol import pb
 from broker.protocol.paths import URLError, parse_url
+from broker.protocol.rpc_errors import rpc_error_text as go_error_text
 
 ROUTE_TOKEN_HEADER = "X-Route-Token"
 FRAGMENT_NAME_HEADER = "X-Fragment-Name"
@@ -125,12 +126,5 @@ def rpc_error_status(err: grpc.aio.AioRpcError) -> int:
 
 
 def rpc_error_text(err: grpc.aio.AioRpcError) -> str:
-    """The text of a gRPC error as Go's grpc-go formats it."""
-    code = err.code()
-    if code is grpc.StatusCode.OK:
-        name = "OK"
-    elif code is grpc.StatusCode.CANCELLED:
-        name = "Canceled"
-    else:
-        name = "".join(part.capitalize() for part in code.name.split("_"))
-    return f"rpc error: code = {name} desc = {err.details() or ''}"
+    """The text of a gRPC error as Go's grpc-go formats it (broker.protocol.rpc_errors)."""
+    return go_error_text(err.code(), err.details() or "")

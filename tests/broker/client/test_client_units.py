@@ -28,11 +28,11 @@ from broker.client import (
 )
 from broker.client import config as client_config
 from broker.client.fragments import open_fragment_url
-from broker.client.http_read import _GO_CODES, _RPC_ERROR
 from broker.client.routes import primary_endpoint, read_endpoint
 from broker.fragment.codecs import compressor
 from broker.gateway.responses import rpc_error_text
 from broker.protocol import pb
+from broker.protocol.rpc_errors import parse_rpc_error_text
 
 # --- Errors ----------------------------------------------------------------------------------
 
@@ -271,5 +271,4 @@ def test_a_get_reads_back_every_grpc_code_the_gateway_writes() -> None:
         if code is grpc.StatusCode.OK:
             continue
         err = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="what went wrong")
-        match = _RPC_ERROR.fullmatch(rpc_error_text(err))
-        assert match is not None and _GO_CODES[match.group(1)] is code and match.group(2) == "what went wrong"
+        assert parse_rpc_error_text(rpc_error_text(err)) == (code, "what went wrong")
