@@ -51,7 +51,6 @@ class HttpAppends:
 
     def __init__(self, connections: HttpConnections) -> None:
         self.connections = connections
-        self._routes: dict[str, tuple[bytes, pb.Route]] = {}
         self._validated: set[str] = set()
 
     def takes(self, endpoint: str, size: int) -> bool:
@@ -119,7 +118,7 @@ class HttpAppends:
             commit.sum.CopyFrom(commit_sum)
             token = headers.get(b"x-route-token")
             if token:
-                resp.header.route.CopyFrom(self._route(journal, token))
+                resp.header.route.CopyFrom(self.connections.route(journal, token))
             registers = headers.get(b"x-registers")
             if registers:
                 with contextlib.suppress(text_format.ParseError, UnicodeDecodeError):  # Committed all the same.
@@ -138,16 +137,6 @@ class HttpAppends:
         # Anything else failed after the whole append was sent (a proxied primary vanished, ...).
         raise AppendOutcomeUnknown(f"broker {endpoint}: HTTP {status}: {text}", code=grpc.StatusCode.UNKNOWN,
                                    journal=journal)
-
-    def _route(self, journal: str, token: bytes) -> pb.Route:
-        known = self._routes.get(journal)
-        if known is not None and known[0] == token:
-            return known[1]
-        route = pb.Route()
-        with contextlib.suppress(text_format.ParseError, UnicodeDecodeError):
-            text_format.Parse(token.decode("utf-8"), route)
-        self._routes[journal] = (token, route)
-        return route
 
 
 @dataclass

@@ -10,12 +10,15 @@ to it from then on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 import grpc
+from google.protobuf import text_format
 
 from broker.client.errors import TransportError
+from broker.protocol import pb
 
 IDLE_CONNECTIONS = 8
 """Kept-alive connections kept per endpoint."""
@@ -52,6 +55,7 @@ class HttpConnections:
         self._idle: dict[str, list[HttpConnection]] = {}
         self._targets: dict[str, tuple[str, int, bytes]] = {}
         self._paths: dict[str, bytes] = {}
+        self._routes: dict[str, tuple[bytes, pb.Route]] = {}
         self.not_http: set[str] = set()
         """Endpoints that answered in something other than HTTP/1.1."""
 
@@ -69,6 +73,19 @@ class HttpConnections:
         if path is None:
             path = self._paths[journal] = quote(journal, safe="/").encode()
         return path
+
+    def route(self, journal: str, token: bytes) -> pb.Route:
+        """The Route of an `X-Route-Token` answered for `journal` (empty if it does not parse);
+        the last one is remembered: every request of a journal answers the same while its route
+        holds. Callers copy it."""
+        known = self._routes.get(journal)
+        if known is not None and known[0] == token:
+            return known[1]
+        route = pb.Route()
+        with contextlib.suppress(text_format.ParseError, UnicodeDecodeError):
+            text_format.Parse(token.decode("utf-8"), route)
+        self._routes[journal] = (token, route)
+        return route
 
     def _target(self, endpoint: str) -> tuple[str, int, bytes]:
         target = self._targets.get(endpoint)

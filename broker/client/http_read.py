@@ -38,7 +38,6 @@ import re
 
 import grpc
 import httptools
-from google.protobuf import text_format
 
 from broker.client.errors import ProtocolError, TransportError
 from broker.client.http_conn import HttpConnection, HttpConnections, NotHttp
@@ -191,10 +190,7 @@ class HttpRead:
         headers = self._response.headers
         token = headers.get(b"x-route-token")
         if token:
-            route = pb.Route()
-            with contextlib.suppress(text_format.ParseError, UnicodeDecodeError):
-                text_format.Parse(token.decode("utf-8"), route)
-            self.header = pb.Header(route=route)
+            self.header = pb.Header(route=self.connections.route(self.journal, token))
         if self._status != 206:
             return  # Its body says what went wrong (_on_complete).
         first = pb.ReadResponse(status=pb.OK, write_head=self._write_head())
