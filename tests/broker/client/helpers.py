@@ -65,18 +65,15 @@ def http_puts(broker: BrokerProcess) -> int:
 
 def http_gets(broker: BrokerProcess) -> int:
     """The broker gateway's count of GETs of journals answered (206, or an error; not this one's 200)."""
-    with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    found = re.findall(r'^gazette_http_requests_total{code="(\d+)",method="GET"} (\S+)$', text, re.MULTILINE)
-    return sum(int(float(n)) for code, n in found if code != "200")
+    return _counter(broker, "gazette_http_requests_total", r'code="(?!200")\d+",method="GET"')
 
 
 def _counter(broker: BrokerProcess, name: str, labels: str) -> int:
-    """The value of counter `name` whose labels match the pattern `labels` (0 if absent)."""
+    """The sum of counter `name` over the series whose labels match the pattern `labels` (0 if none)."""
     with urllib.request.urlopen(f"{broker.url}/debug/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    match = re.search(rf"^{re.escape(name)}{{{labels}}} (\S+)$", text, re.MULTILINE)
-    return int(float(match.group(1))) if match else 0
+    pattern = rf"^{re.escape(name)}{{{labels}}} (?P<value>\S+)$"
+    return sum(int(float(m.group("value"))) for m in re.finditer(pattern, text, re.MULTILINE))
 
 
 def append_rpcs(broker: BrokerProcess, journal: str) -> int:
