@@ -99,6 +99,8 @@ class Append:
         """Run the FSM up to streaming content, or to a final status or a proxy decision."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while True:
+            if self.state.lease_lost:
+                raise AppendError("this broker's etcd lease is lost: its assignments are void", self.journal)
             res = await self.state.resolver.resolve(
                 self.journal,
                 may_proxy=not self.req.do_not_proxy,
@@ -160,7 +162,7 @@ class Append:
             replica.pipeline = None
             if pipeline is not None:
                 await pipeline.close()
-            pipeline = Pipeline(replica.spool, res.header, self.state.dialer)
+            pipeline = Pipeline(replica.spool, res.header, self.state.dialer, self.state.peer_timeout)
             pipeline.open()
             replica.pipeline = pipeline
             try:
@@ -226,6 +228,7 @@ class Append:
                         f"peer {member.suffix} replied {pb.Status.Name(reply.status)} to sync", self.journal
                     )
             if roll_to == 0:
+                replica.spool.acknowledge()  # Every peer agreed to our fragment.
                 return
             self.roll_to = roll_to
 
@@ -416,11 +419,11 @@ class Append:
                 registers = labels.union(
                     req.union_registers, labels.subtract(spool.registers, req.subtract_registers)
                 )
-            await pipeline.scatter(
-                pb.ReplicateRequest(proposal=spool.next(), registers=registers, acknowledge=True)
-            )
-            await pipeline.gather_ok()
+            await pipeline.commit(spool.next(), registers)
             committed = True
+            if self.state.lease_lost:
+                # Committed by the peer set, but past this broker's lease: not for it to acknowledge.
+                raise AppendError("this broker's etcd lease is lost: its assignments are void", self.journal)
         except BaseException:
 
             async def abandon() -> None:

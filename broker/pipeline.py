@@ -1,7 +1,14 @@
 """The replication pipeline a journal's primary runs over its peer set.
 
 Every ReplicateRequest is applied to the primary's own spool and scattered to one
-Replicate stream per peer; acknowledged requests gather one reply from each peer.
+Replicate stream per peer; acknowledged requests gather one reply from each peer. A commit is
+applied to the primary's spool only once every peer acknowledged it (`commit`), so that what
+the primary holds, serves and persists is what its whole peer set holds.
+
+Every wait on a peer (a write its stream does not take, a reply that does not come) is bounded by
+the pipeline's `timeout`: a peer cut off by a partition sends no FIN, and without a bound an append
+(and every append queued behind it on the replica's lock) would wait until TCP or keepalive gave up,
+minutes later. A pipeline that timed out is broken: its streams are cancelled, not drained.
 """
 
 from __future__ import annotations
@@ -21,6 +28,16 @@ log = logging.getLogger(__name__)
 
 # Content chunks at least this long are applied to the spool in a worker thread.
 THREADED_APPLY_MIN = 64 * 1024
+PEER_TIMEOUT = 10.0
+"""Seconds a pipeline waits on one peer (a write, or a reply) by default; `gazette serve` derives
+its own from the etcd lease (`peer_timeout`)."""
+
+
+def peer_timeout(lease: float) -> float:
+    """How long a broker with an etcd lease of `lease` seconds waits on a peer: half the lease
+    (1 to 10 s), so that a pipeline to a peer that cannot be reached is torn down before the
+    allocator, a lease later, would route around it."""
+    return max(1.0, min(PEER_TIMEOUT, lease / 2))
 
 
 def same_id(a: pb.ProcessSpec.ID, b: pb.ProcessSpec.ID) -> bool:
@@ -39,8 +56,9 @@ def routes_equivalent(a: pb.Route, b: pb.Route) -> bool:
 class Pipeline:
     """Replicate streams to every non-primary member of `header.route`, plus the local spool."""
 
-    def __init__(self, spool: Spool, header: pb.Header, dialer: PeerDialer) -> None:
+    def __init__(self, spool: Spool, header: pb.Header, dialer: PeerDialer, timeout: float = PEER_TIMEOUT) -> None:
         self.spool = spool
+        self.timeout = timeout
         self.header = header
         self.route = header.route
         self._dialer = dialer
@@ -121,37 +139,70 @@ class Pipeline:
                 if not self._sent_first:
                     out.deprecated_journal = self.journal
             try:
-                await call.write(out)
+                async with asyncio.timeout(self.timeout):
+                    await call.write(out)
+            except TimeoutError:
+                raise self._break(f"replicate to {_name(member)}: the peer took no write within {self.timeout:g}s"
+                                  " (unreachable?)") from None
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
-                self.broken = exc
-                raise PipelineError(f"replicate to {member.suffix} failed: {exc}", self.journal) from exc
+                raise self._break(f"replicate to {_name(member)} failed: {exc}") from exc
         if req.HasField("proposal") and req.acknowledge:
             self._sent_first = True
 
     async def gather(self) -> list[tuple[pb.ProcessSpec.ID, pb.ReplicateResponse]]:
         """One reply from each peer, in route order."""
         replies = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         for member, call in self._streams:
             try:
-                resp = await call.read()
+                async with asyncio.timeout_at(deadline):
+                    resp = await call.read()
+            except TimeoutError:
+                raise self._break(f"replicate to {_name(member)}: no reply within {self.timeout:g}s"
+                                  " (unreachable?)") from None
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
-                self.broken = exc
-                raise PipelineError(f"replicate from {member.suffix} failed: {exc}", self.journal) from exc
+                raise self._break(f"replicate from {_name(member)} failed: {exc}") from exc
             if resp is grpc.aio.EOF:
-                self.broken = PipelineError("peer closed its Replicate stream", self.journal)
-                raise self.broken
+                raise self._break(f"peer {_name(member)} closed its Replicate stream")
             replies.append((member, resp))
         return replies
+
+    def break_off(self, reason: str) -> None:
+        """Break the pipeline from outside (the broker's lease is lost): appends waiting on it fail."""
+        self._break(reason)
+
+    def _break(self, reason: str) -> PipelineError:
+        """Mark the pipeline broken and cancel every stream (a peer that cannot be reached would
+        never answer a drain); returns the error to raise."""
+        error = PipelineError(reason, self.journal)
+        if self.broken is None:
+            self.broken = error
+            log.warning("replication pipeline broken", extra={"journal": self.journal, "reason": reason})
+        for _member, call in self._streams:
+            call.cancel()
+        return error
+
+    async def commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
+        """Commit the spool's pending content as `proposal`: every peer first, then, once each has
+        acknowledged it, the local spool. A commit a peer did not acknowledge never reaches the
+        primary's spool, so the primary neither serves nor persists it: the peers that did take it
+        hold it, and the next primary's sync rolls forward to them."""
+        req = pb.ReplicateRequest(proposal=proposal, registers=registers, acknowledge=True)
+        await self._local.settle()
+        await self._send(req)
+        await self.gather_ok()
+        resp = self.spool.apply(req)
+        if resp.status != pb.OK:
+            raise self._break(f"local spool rejected the commit its peers took: {pb.Status.Name(resp.status)}")
+        self.spool.acknowledge()
 
     async def gather_ok(self) -> None:
         for member, resp in await self.gather():
             if resp.status != pb.OK:
-                self.broken = PipelineError(
-                    f"peer {member.suffix} replied {pb.Status.Name(resp.status)}", self.journal
-                )
-                raise self.broken
+                raise self._break(f"peer {_name(member)} replied {pb.Status.Name(resp.status)}")
 
     async def close(self) -> None:
         """Roll back local uncommitted content, half-close each stream and drain it."""
@@ -162,10 +213,21 @@ class Pipeline:
             )
         )
         streams, self._streams = self._streams, []
+        if self.broken is not None:
+            for _member, call in streams:
+                call.cancel()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         for _member, call in streams:
             try:
-                await call.done_writing()
-                while (await call.read()) is not grpc.aio.EOF:
-                    pass
-            except (grpc.RpcError, asyncio.InvalidStateError):
-                pass
+                async with asyncio.timeout_at(deadline):
+                    await call.done_writing()
+                    while (await call.read()) is not grpc.aio.EOF:
+                        pass
+            except (grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
+                call.cancel()
+
+
+def _name(member: pb.ProcessSpec.ID) -> str:
+    return member.suffix

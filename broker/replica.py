@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from broker.fragment import Fragment, Index, Spool
 from broker.pipeline import routes_equivalent
@@ -20,6 +21,21 @@ log = logging.getLogger(__name__)
 # Persister is the hook the fragment-store layer plugs into: it receives every
 # completed (rolled) local fragment and must eventually persist it.
 Persister = Callable[["Replica", Fragment], None]
+
+
+@dataclass
+class ReplicateHold:
+    """A Replicate stream holding a replica's spool: the route it was opened for and the task serving
+    it, which `end` cancels (the stream then ends with `ended`, the reason)."""
+
+    route: pb.Route
+    task: asyncio.Task[Any]
+    ended: str = ""
+
+    def end(self, reason: str) -> None:
+        if not self.ended:
+            self.ended = reason
+            self.task.cancel()
 
 
 class Replica:
@@ -47,6 +63,10 @@ class Replica:
         self.refresh_requested = asyncio.Event()
         """Set to list the journal's stores now rather than at the next refresh_interval."""
         self._tasks: list[asyncio.Task[None]] = []
+        self.voided = False
+        """Set when the broker's etcd lease is lost (`void`)."""
+        self.replicating: ReplicateHold | None = None
+        """The Replicate stream holding the spool."""
 
     # SpoolObserver.
     def on_commit(self, f: Fragment) -> None:
@@ -72,16 +92,48 @@ class Replica:
         """Ask the refresh loop to list the journal's stores now (e.g. after a persist)."""
         self.refresh_requested.set()
 
+    def void(self) -> None:
+        """The broker's etcd lease is lost, so its assignments are void: end the Replicate stream
+        holding the spool and break the pipeline (appends waiting on it fail), and from now on
+        `flush` persists only what the peer set is known to hold."""
+        self.voided = True
+        if self.replicating is not None:
+            self.replicating.end("this broker's etcd lease is lost")
+        if self.pipeline is not None:
+            self.pipeline.break_off("this broker's etcd lease is lost")
+
+    def preempt_stale_stream(self, route: pb.Route) -> None:
+        """End the Replicate stream holding the spool if it was opened for another route than
+        `route`: a primary that was replaced (cut off by a partition, its lease expired) may never
+        close its stream, and the new primary's stream waits for the spool."""
+        hold = self.replicating
+        if hold is not None and not routes_equivalent(hold.route, route):
+            log.warning("ending the Replicate stream of a replaced primary", extra={"journal": self.journal})
+            hold.end("the journal's route changed: its primary was replaced")
+
     async def flush(self) -> None:
         """Roll the spool so its content is handed to the persister, as a broker does on exit.
 
-        The roll is local: the pipeline is torn down first, and peers roll their own spools.
+        The roll is local: the pipeline is torn down first, and peers roll their own spools. Once
+        `void`, only the acknowledged prefix is persisted: the rest may be content the journal's
+        other brokers never took, at offsets they go on to write.
         """
         async with self.lock:
             if self.pipeline is not None:
                 pipeline, self.pipeline = self.pipeline, None
                 await pipeline.close()
             spool = self.spool
+            if self.voided:
+                acknowledged = spool.acknowledged_fragment()
+                if acknowledged is not None and self._persister is not None:
+                    self._persister(self, acknowledged)
+                if spool.fragment.end != spool.acknowledged.end:
+                    log.warning(
+                        "lease lost: not persisting content its peers may not hold",
+                        extra={"journal": self.journal, "from": spool.acknowledged.end, "to": spool.fragment.end},
+                    )
+                self.closed = True
+                return
             if spool.fragment.content_length == 0:
                 return
             end = spool.fragment.end

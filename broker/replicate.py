@@ -18,6 +18,7 @@ from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 from broker.protocol.auth import Claims
 from broker.protocol.validation import ValidationError, validate_replicate_request
+from broker.replica import ReplicateHold
 from broker.state import BrokerState
 
 SPOOL_WAIT_TIMEOUT = 5.0
@@ -60,14 +61,22 @@ async def serve_replicate(
         raise ReplicationError("this broker is the journal's primary: it accepts no Replicate stream", journal)
     replica = res.replica
     assert replica is not None
+    if state.lease_lost:
+        raise ReplicationError("this broker's etcd lease is lost: it takes no Replicate stream", journal)
+    # The stream of a primary this route replaced may never end by itself (a partition sends no FIN).
+    replica.preempt_stale_stream(res.route)
+    wait = min(SPOOL_WAIT_TIMEOUT, state.peer_timeout / 2)
     try:
-        async with asyncio.timeout(SPOOL_WAIT_TIMEOUT):
+        async with asyncio.timeout(wait):
             await replica.lock.acquire()
     except TimeoutError:
         raise ReplicationError(
-            f"replica busy: its spool was not free within {SPOOL_WAIT_TIMEOUT:g}s (another primary's stream, or"
+            f"replica busy: its spool was not free within {wait:g}s (another primary's stream, or"
             " this broker's own append, holds it); retry once the route settles", journal,
         ) from None
+    task = asyncio.current_task()
+    assert task is not None
+    hold = replica.replicating = ReplicateHold(res.route, task)
     try:
         # This broker is a replica: any pipeline it held as a former primary is void.
         if replica.pipeline is not None:
@@ -83,9 +92,13 @@ async def serve_replicate(
                     raise ReplicationError(f"proposal for another journal ({req.proposal.journal})", journal)
                 if not req.HasField("proposal") and not accepted:
                     raise ReplicationError("content without an accepted proposal", journal, spool.end + spool.delta)
+                end = spool.end
                 resp = spool.apply(req)
                 if req.HasField("proposal"):
                     accepted = resp.status == pb.OK
+                    if accepted and spool.end == end:
+                        # Not a commit: the primary confirms (or rolls past) what this spool holds.
+                        spool.acknowledge()
                     if req.acknowledge:
                         if not header_sent:
                             resp.header.CopyFrom(res.header)
@@ -101,12 +114,19 @@ async def serve_replicate(
                     req = None
                 else:
                     _check(req)
+        except asyncio.CancelledError:
+            if not hold.ended:
+                raise
+            task.uncancel()  # Ended by this broker, not by its caller: the stream fails, saying why.
+            raise ReplicationError(f"Replicate stream ended: {hold.ended}", journal) from None
         finally:
             # The primary went away: discard whatever it did not commit.
             spool.apply(
                 pb.ReplicateRequest(proposal=spool.fragment.spec, registers=spool.registers, acknowledge=True)
             )
     finally:
+        if replica.replicating is hold:
+            replica.replicating = None
         replica.lock.release()
 
 

@@ -76,6 +76,7 @@ class Resolver:
                     log.info("journal assigned", extra={"journal": name})
                 else:
                     replica.update_spec(item.spec)
+                    replica.preempt_stale_stream(route)
                     stale = replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route)
                     if stale and name not in self._closing_pipelines:
                         self._closing_pipelines.add(name)

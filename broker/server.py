@@ -31,7 +31,7 @@ from broker.keyspace.etcd import is_tls
 from broker.listener import OnePortListener
 from broker.peers import CHANNEL_OPTIONS, PeerDialer
 from broker.persistence import FragmentPersistence
-from broker.pipeline import same_id
+from broker.pipeline import peer_timeout, same_id
 from broker.protocol import pb
 from broker.protocol.auth import KeyedAuth
 from broker.protocol.credentials import Credentials, TLSFiles
@@ -50,6 +50,8 @@ STOP_GRACE = 2.0
 HANDOFF_TIMEOUT = 60.0
 """Seconds an exiting broker waits for its journals to be assigned to other members."""
 REPLICATION_DRAIN_TIMEOUT = 5.0
+# Seconds to revoke the lease at exit; past them the lease is left to expire.
+RELEASE_TIMEOUT = 3.0
 """Seconds an exiting broker, its journals handed off, waits for primaries to end their Replicate streams."""
 
 
@@ -279,6 +281,7 @@ class Broker:
             peer_tls=cfg.peer_tls,
         )
         self.persistence, self.resolver, self.state = core.persistence, core.resolver, core.state
+        self.state.peer_timeout = peer_timeout(cfg.etcd_lease)
         add_journal_service(core.service, self.grpc_server)
         # The gateway calls the service in-process rather than through a gRPC round trip.
         self.gateway.stub = LocalJournalStub(core.service)
@@ -306,6 +309,12 @@ class Broker:
 
     def _on_lease_lost(self) -> None:
         log.error("etcd lease lost: this broker's assignments are void; exiting")
+        # Nothing more is acknowledged, and pipelines and Replicate streams end now: other brokers
+        # already hold (or are about to take) these journals.
+        self.state.lease_lost = True
+        self.state.stopping.set()
+        for replica in list(self.resolver.replicas.values()):
+            replica.void()
         self._stop.set()
 
     async def start_unless_signalled(self) -> bool:
@@ -337,25 +346,35 @@ class Broker:
         # The journals' primaries close their pipelines to this broker as soon as they see it left
         # their routes: its replicas then retire. Stopping the server first would cut replication
         # streams an append may be using.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(REPLICATION_DRAIN_TIMEOUT):
-                await self.resolver.settle()
+        lost = self.state.lease_lost
+        if not lost:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REPLICATION_DRAIN_TIMEOUT):
+                    await self.resolver.settle()
         self.state.stopping.set()
         # HTTP requests in flight are answered (over gRPC, so first), then RPCs in flight (appends
-        # proxied through this broker among them) get a grace period.
+        # proxied through this broker among them) get a grace period: none once the lease is lost,
+        # as no answer this broker could give would still be its to give.
+        grace = 0.0 if lost else STOP_GRACE
         await self.listener.stop_accepting()
-        await self.gateway.shut_down(grace=STOP_GRACE)
-        await asyncio.gather(self.listener.close(grace=STOP_GRACE), self.grpc_server.stop(grace=STOP_GRACE))
+        await self.gateway.shut_down(grace=grace)
+        await asyncio.gather(self.listener.close(grace=grace), self.grpc_server.stop(grace=grace))
         for replica in list(self.resolver.replicas.values()):
             await replica.flush()
         await self.resolver.settle()  # Replicas unassigned during the hand-off flush theirs.
-        if await self._persist_spools():
+        # Write heads are recorded only under a live lease: a lost one's routes may be stale.
+        if await self._persist_spools() and not lost:
             await self._record_write_heads()
         await self.resolver.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.announcement.release()
+        try:
+            async with asyncio.timeout(RELEASE_TIMEOUT):
+                await self.announcement.release()
+        except Exception as exc:
+            # etcd cannot be reached (a partition): the lease expires by itself within its TTL.
+            log.warning("releasing the member key failed", extra={"error": str(exc) or type(exc).__name__})
         await self.gateway_channel.close()
         await self.state.dialer.close()
         await self.keyspace.close()

@@ -9,6 +9,7 @@ from typing import Any
 from broker.flow_control import TokenBucket, effective_rate
 from broker.keyspace import KeySpace, desired_replication
 from broker.peers import PeerDialer
+from broker.pipeline import PEER_TIMEOUT
 from broker.protocol import pb
 from broker.resolver import Resolver
 
@@ -24,6 +25,10 @@ class BrokerState:
     min_append_rate: int = 0
     max_replication: int = 9
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    peer_timeout: float = PEER_TIMEOUT
+    """Seconds a replication pipeline waits on a peer (broker.pipeline.peer_timeout of the lease)."""
+    lease_lost: bool = False
+    """Set when the broker's etcd lease is gone: its assignments are void, it acknowledges nothing more."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the broker, exiting, has handed its journals off: RPCs in flight are given a grace
     period, and an append still looking for its primary gives up with a status rather than wait."""

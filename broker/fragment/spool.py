@@ -65,6 +65,10 @@ class Spool:
         self._summer = hashlib.sha1()  # Over [begin, end + delta).
         self._apply_lock = threading.Lock()
         self._committed_summer = hashlib.sha1()  # Over [begin, end).
+        self.acknowledged = _copy(self.fragment.spec)
+        """The longest prefix of `fragment` known to be held by the journal's whole peer set: on a
+        primary, every commit its peers acknowledged; on a replica, what its primary's proposals
+        built on or confirmed (its last commit may be one the primary never heard it take)."""
 
     @property
     def begin(self) -> int:
@@ -95,6 +99,18 @@ class Spool:
         """Apply content, as `apply` does a content message (without building one)."""
         with self._apply_lock:
             self._apply_content(content_delta, content)
+
+    def acknowledge(self) -> None:
+        """The whole committed fragment is held by the peer set (see `acknowledged`)."""
+        self.acknowledged = _copy(self.fragment.spec)
+
+    def acknowledged_fragment(self) -> Fragment | None:
+        """The acknowledged prefix of the spool's fragment as a Fragment over the spool file, or
+        None when it has no content."""
+        spec = self.acknowledged
+        if spec.end <= spec.begin or spec.begin != self.fragment.begin or self._file is None:
+            return None
+        return Fragment(_copy(spec), self._file)
 
     def next(self) -> pb.Fragment:
         """Return the fragment a commit of the pending content would produce."""
@@ -173,9 +189,13 @@ class Spool:
         self._file = None
         self._summer = hashlib.sha1()
         self._committed_summer = hashlib.sha1()
+        self.acknowledged = _copy(self.fragment.spec)
         self._observer.on_roll(proposal.end)
 
     def _commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
+        # The primary proposes a commit over its own fragment, which holds only what its peers
+        # acknowledged (broker.pipeline): what this one builds on is held by the peer set.
+        self.acknowledged = self.fragment.spec
         self.fragment = Fragment(_copy(proposal), self._file)
         if self.first_append_time is None:
             self.first_append_time = self._clock()

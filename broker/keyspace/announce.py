@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,10 +69,7 @@ class Announcement:
 
     async def announce(self) -> int:
         """Grant the lease (once), start its keepalive, then create the member key; return the revision."""
-        if not self.lease_id:
-            lease = await self.client.lease(self.ttl)
-            self.lease_id = lease.id
-            self._keepalive = asyncio.create_task(self._keep_alive(), name=f"lease-keepalive {self.key}")
+        await self.grant_lease()
         value = self.spec.SerializeToString()
         warned = False
         while True:
@@ -106,25 +102,43 @@ class Announcement:
         self.log.info("announced %s under lease %x at revision %d", self.key, self.lease_id, self.revision)
         return self.revision
 
-    async def _keep_alive(self) -> None:
-        last_ok = time.monotonic()
+    async def grant_lease(self) -> None:
+        """Grant the member's lease, unless held already, and start refreshing it."""
+        if self.lease_id:
+            return
+        granted = asyncio.get_running_loop().time()  # etcd counts the TTL from later than this.
+        lease = await self.client.lease(self.ttl)
+        self.lease_id = lease.id
+        self._keepalive = asyncio.create_task(self._keep_alive(granted + self.ttl), name=f"lease-keepalive {self.key}")
+
+    async def _keep_alive(self, expires: float) -> None:
+        """Refresh the lease every third of its TTL until it is lost: declared at `expires`, the
+        loop time by which etcd has expired it unless a refresh sent before then was granted (etcd
+        counts a refresh's TTL from when it received it, which is after we sent it). So a member
+        cut off from etcd knows its lease is gone no later than etcd does."""
+        loop = asyncio.get_running_loop()
         interval = self.ttl / 3
+        next_refresh = loop.time() + interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(0.0, min(next_refresh, expires) - loop.time()))
+            if loop.time() >= expires:
+                break
+            sent = loop.time()
             try:
-                async with asyncio.timeout(interval):
+                async with asyncio.timeout_at(expires):
                     resp = await self.client.refresh_lease(self.lease_id)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                break
             except Exception as exc:
-                if time.monotonic() - last_ok < self.ttl:
-                    self.log.warning("refreshing lease %x failed: %s", self.lease_id, exc)
-                    continue
-                resp = None
+                self.log.warning("refreshing lease %x failed: %s", self.lease_id, exc)
+                next_refresh = min(loop.time() + RETRY_INTERVAL, expires)
+                continue
             if resp is None or resp.TTL <= 0:
-                self._lose()
-                return
-            last_ok = time.monotonic()
+                break
+            expires, next_refresh = sent + resp.TTL, sent + interval
+        self._lose()
 
     def _lose(self) -> None:
         self.lost = True

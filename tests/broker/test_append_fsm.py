@@ -826,24 +826,24 @@ async def test_commit_cancelled_midway_leaves_no_acknowledgement_for_a_later_app
     fsm = await prepared(a)
     pipeline = fsm.pipeline
     assert pipeline is not None
-    scatter, gather_ok = pipeline.scatter, pipeline.gather_ok
+    send, gather_ok = pipeline._send, pipeline.gather_ok
     running: list[asyncio.Task[pb.AppendResponse]] = []
 
     def cancel_soon() -> None:
-        pipeline.scatter, pipeline.gather_ok = scatter, gather_ok  # type: ignore[method-assign]  # Once.
+        pipeline._send, pipeline.gather_ok = send, gather_ok  # type: ignore[method-assign]  # Once.
         asyncio.get_running_loop().call_soon(running[0].cancel)  # Lands in the next await that waits.
 
-    async def proposing(req: pb.ReplicateRequest) -> pb.ReplicateResponse:
+    async def proposing(req: pb.ReplicateRequest) -> None:
         if req.HasField("proposal") and req.acknowledge:
             cancel_soon()
-        return await scatter(req)
+        await send(req)
 
     async def awaiting_acknowledgements() -> None:
         cancel_soon()
         await gather_ok()
 
     if where == "proposing":
-        pipeline.scatter = proposing  # type: ignore[method-assign]
+        pipeline._send = proposing  # type: ignore[method-assign]
     else:
         pipeline.gather_ok = awaiting_acknowledgements  # type: ignore[method-assign]
     running.append(asyncio.ensure_future(fsm.stream(content(b"sent"))))
@@ -895,17 +895,17 @@ async def test_peer_disagreeing_on_the_commit_fails_the_append(
     assert not a.replica(J).lock.locked()
     assert a.replica(J).pipeline is None, "the broken pipeline is dropped"
     await eventually(lambda: peer.delta == 0, "the peer rolled back when the pipeline closed")
-    # The primary applied the commit as it sent it (as Gazette's does); the peer did not. The client
-    # saw an error: appends are at-least-once (7.2).
-    assert fragment_of(a).end == 7
+    # The primary applies a commit only once every peer took it (Gazette's applies it as it sends it):
+    # the commit the peer refused is nowhere, and the client saw an error.
+    assert fragment_of(a).end == 4
     assert fragment_of(b).end == 4
 
-    # The next sync rolls the peer forward to the primary's end, and appends continue there.
+    # Appends continue where the peer set agrees.
     resp = await append(a, J, b"next")
-    assert (resp.commit.begin, resp.commit.end) == (7, 11)
-    assert fragment_of(b).begin == 7
+    assert (resp.commit.begin, resp.commit.end) == (4, 8)
     assert_spools_agree(a, b)
-    assert await b.read(J, 7) == b"next"
+    assert await b.read(J, 4) == b"next"
+    assert await a.read(J, 4) == b"next"
 
 
 async def test_peer_dying_before_the_commit_fails_the_append_until_the_route_heals(

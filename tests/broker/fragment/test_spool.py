@@ -296,3 +296,39 @@ def test_a_commit_is_recognized_as_next_would_be(tmp_path: Path, change: str) ->
     assert spool._is_next(p) == spec_equal(spool.next(), p) == (change == "none")
     resp = spool.apply(proposal(p))
     assert (resp.status == pb.OK) == (change == "none")
+
+
+def test_acknowledged_prefix_as_a_replica_sees_it(tmp_path: Path) -> None:
+    """A replica's last commit is not known to be held by its peer set until its primary builds on
+    it (the next commit) or confirms it (broker.replicate acknowledges a proposal of the fragment as
+    it is); a roll starts anew."""
+    spool, _ = new_spool(tmp_path)
+    assert spool.acknowledged_fragment() is None
+    ok(spool.apply(content(b"one", 0)))
+    ok(spool.apply(proposal(spool.next())))
+    assert spool.acknowledged.end == 0 and spool.acknowledged_fragment() is None
+
+    ok(spool.apply(content(b"two", 0)))
+    ok(spool.apply(proposal(spool.next())))  # Built on "one": the primary held it, so did every peer.
+    f = spool.acknowledged_fragment()
+    assert f is not None and (f.begin, f.end) == (0, 3) and read_all(f) == b"one"
+    assert digest_of(f.spec.sum) == hashlib.sha1(b"one").digest()
+
+    ok(spool.apply(proposal(spool.fragment.spec)))  # Proposed as it is: serve_replicate then acknowledges.
+    assert spool.acknowledged.end == 3
+    spool.acknowledge()
+    f = spool.acknowledged_fragment()
+    assert f is not None and (f.begin, f.end) == (0, 6) and read_all(f) == b"onetwo"
+
+    ok(spool.apply(proposal(empty(6))))  # Rolled: the new fragment holds nothing yet.
+    assert spool.acknowledged_fragment() is None and spool.acknowledged.begin == 6
+
+
+def test_acknowledge_marks_the_whole_fragment(tmp_path: Path) -> None:
+    """A primary acknowledges each commit once every peer took it (broker.pipeline.Pipeline.commit)."""
+    spool, _ = new_spool(tmp_path)
+    ok(spool.apply(content(b"abc", 0)))
+    ok(spool.apply(proposal(spool.next())))
+    spool.acknowledge()
+    f = spool.acknowledged_fragment()
+    assert f is not None and (f.begin, f.end) == (0, 3) and spec_equal(f.spec, spool.fragment.spec)

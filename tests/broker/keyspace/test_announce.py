@@ -80,3 +80,36 @@ async def test_lease_loss_is_reported(etcd_client: Any, etcd_prefix: str) -> Non
         assert ann.lost
     finally:
         await ann.release()
+
+
+class _SilentEtcd:
+    """An etcd client cut off after granting the lease: every refresh waits for ever (a partition
+    drops its packets). Pure timing logic: no I/O."""
+
+    def __init__(self) -> None:
+        self.refreshes = 0
+
+    async def lease(self, ttl: int) -> Any:
+        class Lease:
+            id = 0x42
+
+        return Lease()
+
+    async def refresh_lease(self, lease_id: int) -> Any:
+        self.refreshes += 1
+        await asyncio.Event().wait()
+
+
+async def test_lease_loss_is_declared_by_the_lease_deadline() -> None:
+    """Cut off from etcd, the member declares its lease lost when etcd would expire it (a TTL after
+    the grant, as no refresh was granted), not a keepalive iteration later."""
+    loop = asyncio.get_running_loop()
+    lost = asyncio.Event()
+    client = _SilentEtcd()
+    ann = Announcement(client, "/root", broker_spec(), ttl=2, on_lost=lost.set)
+    granted = loop.time()
+    await ann.grant_lease()  # As announce() does first; the member key is not needed here.
+    await asyncio.wait_for(lost.wait(), 10)
+    declared = loop.time() - granted
+    assert ann.lost and client.refreshes >= 1
+    assert 1.9 <= declared <= 2.3, f"lease lost declared {declared:.2f}s after the grant, its TTL being 2s"
