@@ -136,7 +136,7 @@ class Append:
                 continue
             assert res.replica is not None and res.spec is not None
             replica = res.replica
-            await replica.lock.acquire()
+            await replica.acquire(res.route, patience=self.state.peer_timeout / 4)
             try:
                 retry = await self._with_pipeline(res, replica)
             except BaseException:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.fragment import Fragment, Index, Spool
-from broker.pipeline import routes_equivalent
+from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 
 if TYPE_CHECKING:
@@ -102,14 +102,38 @@ class Replica:
         if self.pipeline is not None:
             self.pipeline.break_off("this broker's etcd lease is lost")
 
-    def preempt_stale_stream(self, route: pb.Route) -> None:
-        """End the Replicate stream holding the spool if it was opened for another route than
-        `route`: a primary that was replaced (cut off by a partition, its lease expired) may never
-        close its stream, and the new primary's stream waits for the spool."""
+    def preempt_stale_stream(self, route: pb.Route, is_member: Callable[[pb.ProcessSpec.ID], bool]) -> None:
+        """End the Replicate stream holding the spool if `route` names another primary than the
+        stream's and that primary is no longer a member (`is_member`: its lease expired). Cut off
+        by a partition, it would never close its stream, and the new primary's stream waits for the
+        spool. A primary handing off (still a member) finishes its append in flight."""
         hold = self.replicating
-        if hold is not None and not routes_equivalent(hold.route, route):
+        old = replaced_primary(hold.route, route) if hold is not None else None
+        if old is not None and not is_member(old):
+            self._end_replaced_stream()
+
+    async def acquire(self, route: pb.Route, patience: float) -> None:
+        """Take `lock` for an append or a Replicate stream of `route`. Held by the stream of a
+        primary that `route` replaced, the spool is taken from it after `patience` seconds: a
+        primary handing off finishes its append in flight by then, one cut off by a partition
+        never would."""
+        hold = self.replicating
+        if hold is None or replaced_primary(hold.route, route) is None:
+            await self.lock.acquire()
+            return
+        try:
+            async with asyncio.timeout(patience):
+                await self.lock.acquire()
+            return
+        except TimeoutError:
+            if self.replicating is hold:
+                self._end_replaced_stream()
+        await self.lock.acquire()
+
+    def _end_replaced_stream(self) -> None:
+        if self.replicating is not None:
             log.warning("ending the Replicate stream of a replaced primary", extra={"journal": self.journal})
-            hold.end("the journal's route changed: its primary was replaced")
+            self.replicating.end("the journal's route changed: its primary was replaced")
 
     async def flush(self) -> None:
         """Roll the spool so its content is handed to the persister, as a broker does on exit.
@@ -171,6 +195,16 @@ class Replica:
             pipeline, self.pipeline = self.pipeline, None
             await pipeline.close()
         self.index.close()
+
+
+def replaced_primary(old: pb.Route, new: pb.Route) -> pb.ProcessSpec.ID | None:
+    """`old`'s primary, if `new` names another primary (or none); else None."""
+    if not 0 <= old.primary < len(old.members):
+        return None
+    primary = old.members[old.primary]
+    if 0 <= new.primary < len(new.members) and same_id(new.members[new.primary], primary):
+        return None
+    return primary
 
 
 def maybe_roll_fragment(

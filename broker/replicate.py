@@ -63,12 +63,10 @@ async def serve_replicate(
     assert replica is not None
     if state.lease_lost:
         raise ReplicationError("this broker's etcd lease is lost: it takes no Replicate stream", journal)
-    # The stream of a primary this route replaced may never end by itself (a partition sends no FIN).
-    replica.preempt_stale_stream(res.route)
     wait = min(SPOOL_WAIT_TIMEOUT, state.peer_timeout / 2)
     try:
         async with asyncio.timeout(wait):
-            await replica.lock.acquire()
+            await replica.acquire(res.route, patience=wait / 2)
     except TimeoutError:
         raise ReplicationError(
             f"replica busy: its spool was not free within {wait:g}s (another primary's stream, or"

@@ -76,7 +76,7 @@ class Resolver:
                     log.info("journal assigned", extra={"journal": name})
                 else:
                     replica.update_spec(item.spec)
-                    replica.preempt_stale_stream(route)
+                    replica.preempt_stale_stream(route, self._is_member)
                     stale = replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route)
                     if stale and name not in self._closing_pipelines:
                         self._closing_pipelines.add(name)
@@ -86,6 +86,10 @@ class Resolver:
                 replica = self.replicas.pop(name)
                 log.info("journal unassigned", extra={"journal": name})
                 self._background(replica.retire())
+
+    def _is_member(self, process_id: pb.ProcessSpec.ID) -> bool:
+        """Whether `process_id` holds a member key (its lease is live)."""
+        return (process_id.zone, process_id.suffix) in self.keyspace.members
 
     async def _close_stale_pipeline(self, name: str, replica: Replica) -> None:
         try:

@@ -332,7 +332,7 @@ class JournalService(pb_grpc.JournalServicer):
         if await self.state.dialer.connected(endpoint, min(PROXY_RETRY_INTERVAL * 4, max(remaining, 0.0))):
             call = self.state.dialer.stub(endpoint).Append(forwarding.requests(header))
             try:
-                resp: pb.AppendResponse = await call
+                resp: pb.AppendResponse | None = await self._unless_primary_replaced(context, call, forwarding, header)
                 return resp
             except grpc.aio.AioRpcError as exc:
                 begun = not never_begun(exc.code(), exc.details(), await call.initial_metadata())
@@ -351,6 +351,46 @@ class JournalService(pb_grpc.JournalServicer):
                 f"proxying {forwarding.first.journal} to {peer}: primary unreachable for {PROXY_TIMEOUT:g}s",
             )
         return None
+
+    async def _unless_primary_replaced(
+        self, context: grpc.aio.ServicerContext, call: grpc.aio.StreamUnaryCall, forwarding: _Forwarding,
+        header: pb.Header,
+    ) -> pb.AppendResponse | None:
+        """The proxied call's response, unless etcd replaces the primary first, its lease expired: a
+        primary cut off by a partition neither answers nor closes the connection. The call is then
+        cancelled: None (resolve again) if none of the client's content was forwarded, else
+        UNAVAILABLE, the outcome unknown."""
+        journal = forwarding.first.journal
+        answered = asyncio.ensure_future(call)
+        replaced = asyncio.ensure_future(self._primary_replaced(journal, header.process_id))
+        try:
+            await asyncio.wait({answered, replaced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            replaced.cancel()
+        if answered.done():
+            resp: pb.AppendResponse = answered.result()
+            return resp
+        call.cancel()
+        answered.cancel()
+        if not forwarding.consumed:
+            return None
+        peer = f"{header.process_id.zone}#{header.process_id.suffix}"
+        await _abort(
+            context, grpc.StatusCode.UNAVAILABLE,
+            f"proxying {journal} to {peer}: it was replaced as primary mid-append; the append's outcome is unknown",
+        )
+
+    async def _primary_replaced(self, journal: str, primary: pb.ProcessSpec.ID) -> None:
+        """Return once the mirror names another primary of `journal` than `primary` (or none) and
+        `primary` holds no member key (its lease expired). A primary handing off is still a member:
+        it answers the appends it took."""
+        keyspace = self.state.keyspace
+        while True:
+            route = keyspace.route(journal, endpoints=False)
+            replaced = route.primary < 0 or not same_id(route.members[route.primary], primary)
+            if replaced and (primary.zone, primary.suffix) not in keyspace.members:
+                return
+            await keyspace.wait_for_change()
 
     def _not_primary(self, header: pb.Header) -> pb.AppendResponse:
         """NOT_JOURNAL_PRIMARY_BROKER from this broker, with the route of `header`: the append was

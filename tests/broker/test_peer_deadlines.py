@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -61,35 +62,56 @@ async def test_the_stream_of_a_replaced_primary_is_ended_when_the_route_changes(
     inproc_cluster: InProcessCluster, inproc_pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`a` opens a Replicate stream to `b` and goes silent (a partition: no FIN, no more messages).
-    When etcd names `b` the primary, `b` ends that stream at once, so its own appends and a new
-    primary's stream do not wait for the spool."""
+    Once etcd names `b` the primary, `b`'s append takes the spool from that stream after a quarter
+    of its peer timeout (a primary handing off would have finished its append by then), rather
+    than wait for a stream that never ends."""
     a, b = inproc_pair
     await two_replicas(inproc_cluster, a, b)
     monkeypatch.setattr(replicate, "SPOOL_WAIT_TIMEOUT", 30.0)
-    b.state.peer_timeout = 60.0
-    spool = b.replica(J).spool
-    silence = asyncio.Event()  # Never set: the stream stays open and says nothing more.
-
-    async def silent_primary():  # type: ignore[no-untyped-def]
-        yield pb.ReplicateRequest(
-            header=header_for(b, a), proposal=spool.fragment.spec, registers=spool.registers, acknowledge=True
-        )
-        await silence.wait()
-
-    call = b.stub().Replicate(silent_primary())
+    b.state.peer_timeout = 2.0
+    call = b.stub().Replicate(silent_stream(a, b))
     first = await call.read()
     assert first.status == pb.OK
     assert b.replica(J).lock.locked(), "the silent primary's stream holds the replica's spool"
 
     await inproc_cluster.assign(J, b, a)  # `b` is the primary now; `a` its replica.
     started = time.monotonic()
+    resp = await append(b, J, b"after\n")
+    waited = time.monotonic() - started
+    assert resp.status == pb.OK
     with pytest.raises(grpc.aio.AioRpcError) as ended:
         await call.read()
     assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "its primary was replaced" in str(ended.value.details())
-    resp = await append(b, J, b"after\n")
-    waited = time.monotonic() - started
-    assert resp.status == pb.OK
     assert waited < 5.0, f"the new primary's append waited {waited:.1f}s for the replaced primary's stream"
     assert await b.read(J) == b"committed\nafter\n"
     assert await a.read(J) == b"committed\nafter\n"
+
+
+async def test_the_stream_of_a_primary_whose_lease_expired_is_ended_at_once(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair
+) -> None:
+    """`a`'s stream to `b` goes silent, then `a`'s lease is gone (etcd expired it: here, revoked):
+    `b` ends the stream as soon as its mirror shows it, with no append needing the spool."""
+    a, b = inproc_pair
+    await two_replicas(inproc_cluster, a, b)
+    call = b.stub().Replicate(silent_stream(a, b))
+    assert (await call.read()).status == pb.OK
+    assert b.replica(J).lock.locked()
+    await inproc_cluster.client.revoke_lease(a.lease)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        async with asyncio.timeout(5):
+            await call.read()
+    assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert not b.replica(J).lock.locked()
+
+
+async def silent_stream(primary: InProcessBroker, replica: InProcessBroker) -> AsyncIterator[pb.ReplicateRequest]:
+    """`primary`'s Replicate stream to `replica`: one proposal of the replica's fragment as it is,
+    then silence, as from a primary cut off by a partition (no FIN, no more messages)."""
+    spool = replica.replica(J).spool
+    yield pb.ReplicateRequest(
+        header=header_for(replica, primary), proposal=spool.fragment.spec, registers=spool.registers,
+        acknowledge=True,
+    )
+    await asyncio.Event().wait()
