@@ -27,7 +27,14 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # A channel of its own connection: gRPC otherwise shares connections between channels to one
+    # target, and the channel `forget` makes anew would take over the stalled connection it replaces.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
+
+
+FORGET_GRACE = 30.0
+"""Seconds a forgotten channel's calls have to end before it is closed under them."""
 
 
 def grpc_target(endpoint: str) -> str:
@@ -48,6 +55,7 @@ class PeerDialer:
         self.credentials = credentials or Credentials()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.JournalStub] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
@@ -77,6 +85,19 @@ class PeerDialer:
         except TimeoutError:
             return False
         return True
+
+    def forget(self, endpoint: str) -> None:
+        """Drop the connection to `endpoint` (closing it in the background): the peer stopped
+        answering on it. A partition leaves a TCP connection that the kernel retransmits on with
+        growing back-off, for minutes; calls on it would wait that out even after the heal, where a
+        new connection is made at once."""
+        channel = self._channels.pop(endpoint, None)
+        self._stubs.pop(endpoint, None)
+        if channel is not None:
+            # Calls still on it (other journals' streams to the peer) end by their own deadlines first.
+            task = asyncio.get_running_loop().create_task(channel.close(grace=FORGET_GRACE))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}

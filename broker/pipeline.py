@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import grpc
 
@@ -31,6 +32,11 @@ THREADED_APPLY_MIN = 64 * 1024
 PEER_TIMEOUT = 10.0
 """Seconds a pipeline waits on one peer (a write, or a reply) by default; `gazette serve` derives
 its own from the etcd lease (`peer_timeout`)."""
+
+
+DRAIN_TIMEOUT = 0.5
+"""Seconds a closing pipeline waits for its peers to drain their streams (a healthy one takes a round
+trip; the replica's lock is held meanwhile)."""
 
 
 def peer_timeout(lease: float) -> float:
@@ -63,9 +69,12 @@ class Pipeline:
         self.route = header.route
         self._dialer = dialer
         self._streams: list[tuple[pb.ProcessSpec.ID, grpc.aio.StreamStreamCall]] = []
+        self._endpoints: dict[str, str] = {}  # Peer suffix -> its endpoint.
         self._sent_first = False
         self._local = InOrder()  # Spool writes of large content, in worker threads.
-        self.broken: Exception | None = None
+        self.broken: PipelineError | None = None
+        self._cancelled = False  # Whether the streams were cancelled (rather than to be closed in order).
+        self._broken_off_event = asyncio.Event()  # Set with _cancelled: a drain in progress stops.
 
     @property
     def journal(self) -> str:
@@ -82,6 +91,7 @@ class Pipeline:
                 raise PipelineError(f"peer {member.zone}/{member.suffix} has no endpoint", self.journal)
             call = self._dialer.stub(endpoint).Replicate()
             self._streams.append((member, call))
+            self._endpoints[member.suffix] = endpoint
 
     @property
     def peers(self) -> int:
@@ -141,9 +151,10 @@ class Pipeline:
             try:
                 async with asyncio.timeout(self.timeout):
                     await call.write(out)
+            except asyncio.CancelledError:
+                raise self._broken_off() from None
             except TimeoutError:
-                raise self._break(f"replicate to {_name(member)}: the peer took no write within {self.timeout:g}s"
-                                  " (unreachable?)") from None
+                raise self._unreachable(member, "took no write") from None
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 raise self._break(f"replicate to {_name(member)} failed: {exc}") from exc
@@ -159,9 +170,10 @@ class Pipeline:
             try:
                 async with asyncio.timeout_at(deadline):
                     resp = await call.read()
+            except asyncio.CancelledError:
+                raise self._broken_off() from None
             except TimeoutError:
-                raise self._break(f"replicate to {_name(member)}: no reply within {self.timeout:g}s"
-                                  " (unreachable?)") from None
+                raise self._unreachable(member, "sent no reply") from None
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 raise self._break(f"replicate from {_name(member)} failed: {exc}") from exc
@@ -171,18 +183,40 @@ class Pipeline:
         return replies
 
     def break_off(self, reason: str) -> None:
-        """Break the pipeline from outside (the broker's lease is lost): appends waiting on it fail."""
-        self._break(reason)
+        """Break the pipeline from outside (a peer's lease expired, or this broker's): an append
+        waiting on a peer fails at once with `reason`."""
+        self._break(reason, cancel=True)
 
-    def _break(self, reason: str) -> PipelineError:
-        """Mark the pipeline broken and cancel every stream (a peer that cannot be reached would
-        never answer a drain); returns the error to raise."""
+    def _broken_off(self) -> BaseException:
+        """What to raise for a CancelledError out of a stream: the cancellation itself if it was the
+        append's task that was cancelled, else (the call was: `break_off`, or its channel closed) a
+        PipelineError."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return asyncio.CancelledError()
+        return self.broken or self._break("a Replicate stream was cancelled (its channel closed)", cancel=True)
+
+    def _unreachable(self, member: pb.ProcessSpec.ID, what: str) -> PipelineError:
+        """Break the pipeline over a peer that `what` within the timeout, and drop the connection
+        to it (see PeerDialer.forget)."""
+        self._dialer.forget(self._endpoints[member.suffix])
+        return self._break(
+            f"replicate to {_name(member)}: the peer {what} within {self.timeout:g}s (unreachable?)", cancel=True
+        )
+
+    def _break(self, reason: str, *, cancel: bool = False) -> PipelineError:
+        """Mark the pipeline broken, with `cancel` cancelling every stream (a peer that cannot be
+        reached would never answer a drain; the others, closed in order, keep what they took);
+        returns the error to raise."""
         error = PipelineError(reason, self.journal)
         if self.broken is None:
             self.broken = error
             log.warning("replication pipeline broken", extra={"journal": self.journal, "reason": reason})
-        for _member, call in self._streams:
-            call.cancel()
+        if cancel:
+            self._cancelled = True
+            self._broken_off_event.set()
+            for _member, call in self._streams:
+                call.cancel()
         return error
 
     async def commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
@@ -205,28 +239,42 @@ class Pipeline:
                 raise self._break(f"peer {_name(member)} replied {pb.Status.Name(resp.status)}")
 
     async def close(self) -> None:
-        """Roll back local uncommitted content, half-close each stream and drain it."""
+        """Roll back local uncommitted content, half-close each stream and drain it (all at once,
+        for at most DRAIN_TIMEOUT: a drained peer applied all it was sent; one that does not drain in
+        time, or once the pipeline is broken off, is cancelled, and may drop what it had not applied,
+        none of it acknowledged)."""
         await self._local.settle()  # Content still landing would otherwise land after the rollback.
         self.spool.apply(
             pb.ReplicateRequest(
                 proposal=self.spool.fragment.spec, registers=self.spool.registers, acknowledge=True
             )
         )
-        streams, self._streams = self._streams, []
-        if self.broken is not None:
-            for _member, call in streams:
-                call.cancel()
-            return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        for _member, call in streams:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await call.done_writing()
-                    while (await call.read()) is not grpc.aio.EOF:
-                        pass
-            except (grpc.RpcError, asyncio.InvalidStateError, TimeoutError):
-                call.cancel()
+        streams = self._streams
+        try:
+            if self._cancelled or not streams:
+                return
+            drain: asyncio.Future[list[None]] = asyncio.gather(*(_drain(call) for _member, call in streams))
+            broken_off: asyncio.Future[Any] = asyncio.ensure_future(self._broken_off_event.wait())
+            waits: set[asyncio.Future[Any]] = {drain, broken_off}
+            await asyncio.wait(waits, timeout=min(DRAIN_TIMEOUT, self.timeout), return_when=asyncio.FIRST_COMPLETED)
+            broken_off.cancel()
+            if not drain.done():
+                drain.cancel()
+                drain.add_done_callback(lambda done: done.cancelled() or done.exception())
+                for _member, call in streams:
+                    call.cancel()
+        finally:
+            self._streams = []
+
+
+async def _drain(call: grpc.aio.StreamStreamCall) -> None:
+    """Half-close a Replicate stream and read it to its end (or cancel it, if it failed)."""
+    try:
+        await call.done_writing()
+        while (await call.read()) is not grpc.aio.EOF:
+            pass
+    except (grpc.RpcError, asyncio.InvalidStateError):
+        call.cancel()
 
 
 def _name(member: pb.ProcessSpec.ID) -> str:

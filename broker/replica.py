@@ -112,12 +112,20 @@ class Replica:
         if old is not None and not is_member(old):
             self._end_replaced_stream()
 
-    async def acquire(self, route: pb.Route, patience: float) -> None:
-        """Take `lock` for an append or a Replicate stream of `route`. Held by the stream of a
-        primary that `route` replaced, the spool is taken from it after `patience` seconds: a
+    async def acquire(self, route: pb.Route, patience: float, *, stream: bool = False) -> None:
+        """Take `lock` for an append or (`stream`) a Replicate stream of `route`. Held by the stream
+        of a primary that `route` replaced, the spool is taken from it after `patience` seconds: a
         primary handing off finishes its append in flight by then, one cut off by a partition
-        never would."""
+        never would. A new stream of the same primary takes it at once: a primary runs one pipeline
+        per journal, so it has given up the old stream (which a partition may have kept from
+        ending here)."""
         hold = self.replicating
+        if hold is not None and stream and replaced_primary(hold.route, route) is None:
+            if hold.route.primary >= 0:
+                log.warning("ending a Replicate stream its primary gave up", extra={"journal": self.journal})
+                hold.end("superseded by a new stream of its primary")
+            await self.lock.acquire()
+            return
         if hold is None or replaced_primary(hold.route, route) is None:
             await self.lock.acquire()
             return

@@ -66,7 +66,7 @@ async def serve_replicate(
     wait = min(SPOOL_WAIT_TIMEOUT, state.peer_timeout / 2)
     try:
         async with asyncio.timeout(wait):
-            await replica.acquire(res.route, patience=wait / 2)
+            await replica.acquire(res.route, patience=wait / 2, stream=True)
     except TimeoutError:
         raise ReplicationError(
             f"replica busy: its spool was not free within {wait:g}s (another primary's stream, or"

@@ -78,6 +78,8 @@ class Resolver:
                     replica.update_spec(item.spec)
                     replica.preempt_stale_stream(route, self._is_member)
                     stale = replica.pipeline is not None and not routes_equivalent(replica.pipeline.route, route)
+                    if stale:
+                        self._break_pipeline_to_the_departed(replica)
                     if stale and name not in self._closing_pipelines:
                         self._closing_pipelines.add(name)
                         self._background(self._close_stale_pipeline(name, replica))
@@ -86,6 +88,16 @@ class Resolver:
                 replica = self.replicas.pop(name)
                 log.info("journal unassigned", extra={"journal": name})
                 self._background(replica.retire())
+
+    def _break_pipeline_to_the_departed(self, replica: Replica) -> None:
+        """Break the replica's pipeline if a peer of it holds no member key (its lease expired, as
+        when a partition cut it off): an append waiting on that peer would wait out the peer timeout."""
+        pipeline = replica.pipeline
+        assert pipeline is not None
+        for member in pipeline.route.members:
+            if not same_id(member, self.local_id) and not self._is_member(member):
+                pipeline.break_off(f"peer {member.suffix} left the cluster (its etcd lease expired)")
+                return
 
     def _is_member(self, process_id: pb.ProcessSpec.ID) -> bool:
         """Whether `process_id` holds a member key (its lease is live)."""

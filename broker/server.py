@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
 import logging
 import os
 import signal
 import tempfile
+import types
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,11 +228,30 @@ def dump_tasks() -> None:
     out = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
         out.write(f"--- {task.get_name()} {task.get_coro()!r}\n")
-        # Not task.print_stack(): some frames (of compiled coroutines) have no line number.
-        for frame in task.get_stack(limit=12):
-            code = frame.f_code
-            out.write(f"  {code.co_filename}:{frame.f_lineno or 0} in {code.co_qualname}\n")
+        # The chain of awaits down from the task's coroutine (a suspended task's stack is its top
+        # frame only); not task.print_stack(): frames of compiled coroutines have no line number.
+        _write_awaits(out, task.get_coro())
+    # gRPC's compiled handlers hide the awaits of the RPC methods they run: find those coroutines.
+    for coro in gc.get_objects():
+        if isinstance(coro, types.CoroutineType | types.AsyncGeneratorType):
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+            if frame is not None and frame.f_code.co_qualname.startswith("JournalService."):
+                out.write(f"--- RPC {frame.f_code.co_qualname}\n")
+                _write_awaits(out, coro)
     log.warning("asyncio tasks (SIGUSR1)", extra={"tasks": len(tasks), "stacks": out.getvalue()})
+
+
+def _write_awaits(out: io.StringIO, awaited: Any) -> None:
+    """The chain of awaits down from the coroutine (or async generator) `awaited`."""
+    for _ in range(24):
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+        if frame is None:
+            if awaited is not None:
+                out.write(f"  awaiting {type(awaited).__qualname__}\n")
+            return
+        code = frame.f_code
+        out.write(f"  {code.co_filename}:{frame.f_lineno or 0} in {code.co_qualname}\n")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
 
 
 class Broker:

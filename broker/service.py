@@ -363,15 +363,23 @@ class JournalService(pb_grpc.JournalServicer):
         journal = forwarding.first.journal
         answered = asyncio.ensure_future(call)
         replaced = asyncio.ensure_future(self._primary_replaced(journal, header.process_id))
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         try:
             await asyncio.wait({answered, replaced}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             replaced.cancel()
-        if answered.done():
+            unanswered = not answered.done()
+            if unanswered:  # Replaced, or this RPC was cancelled: the proxied call goes too.
+                call.cancel()
+                answered.cancel()
+                answered.add_done_callback(lambda done: done.cancelled() or done.exception())  # No report.
+                if loop.time() - sent >= self.state.peer_timeout:
+                    # Nothing from the primary for that long: the connection may be one a partition stalled.
+                    self.state.dialer.forget(self.state.resolver.endpoint_of(header.process_id, header.route))
+        if not unanswered:
             resp: pb.AppendResponse = answered.result()
             return resp
-        call.cancel()
-        answered.cancel()
         if not forwarding.consumed:
             return None
         peer = f"{header.process_id.zone}#{header.process_id.suffix}"

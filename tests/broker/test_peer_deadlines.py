@@ -46,7 +46,7 @@ async def test_a_peer_that_never_replies_fails_the_append_within_the_peer_timeou
     before = journal_state(b)
     async with b.replica(J).lock:
         started = time.monotonic()
-        with pytest.raises(PipelineError, match=r"replicate to broker-b: no reply within 0\.5s"):
+        with pytest.raises(PipelineError, match=r"replicate to broker-b: the peer sent no reply within 0\.5s"):
             await append(a, J, b"unanswered\n")
         waited = time.monotonic() - started
         assert waited < 5.0, f"the append waited {waited:.1f}s on a peer that never replied"
