@@ -3,7 +3,9 @@
 Every ReplicateRequest is applied to the primary's own spool and scattered to one
 Replicate stream per peer; acknowledged requests gather one reply from each peer. A commit is
 applied to the primary's spool only once every peer acknowledged it (`commit`), so that what
-the primary holds, serves and persists is what its whole peer set holds.
+the primary holds, serves and persists is what its whole peer set holds; a confirmation (the
+fragment proposed as it now is, unacknowledged) then tells the peers, which serve a commit to
+readers only once confirmed (`Spool.acknowledged`).
 
 Every wait on a peer (a write its stream does not take, a reply that does not come) is bounded by
 the pipeline's `timeout`: a peer cut off by a partition sends no FIN, and without a bound an append
@@ -14,6 +16,7 @@ minutes later. A pipeline that timed out is broken: its streams are cancelled, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -75,6 +78,8 @@ class Pipeline:
         self.broken: PipelineError | None = None
         self._cancelled = False  # Whether the streams were cancelled (rather than to be closed in order).
         self._broken_off_event = asyncio.Event()  # Set with _cancelled: a drain in progress stops.
+        self._waiting: asyncio.Task[Any] | None = None  # The task waiting on a peer's write or reply.
+        self._interrupted = False  # Whether break_off cancelled `_waiting`.
 
     @property
     def journal(self) -> str:
@@ -149,6 +154,7 @@ class Pipeline:
                 if not self._sent_first:
                     out.deprecated_journal = self.journal
             try:
+                self._waiting = asyncio.current_task()
                 async with asyncio.timeout(self.timeout):
                     await call.write(out)
             except asyncio.CancelledError:
@@ -158,6 +164,8 @@ class Pipeline:
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 raise self._break(f"replicate to {_name(member)} failed: {exc}") from exc
+            finally:
+                self._waiting = None
         if req.HasField("proposal") and req.acknowledge:
             self._sent_first = True
 
@@ -168,6 +176,7 @@ class Pipeline:
         deadline = loop.time() + self.timeout
         for member, call in self._streams:
             try:
+                self._waiting = asyncio.current_task()
                 async with asyncio.timeout_at(deadline):
                     resp = await call.read()
             except asyncio.CancelledError:
@@ -177,6 +186,8 @@ class Pipeline:
             except (grpc.RpcError, asyncio.InvalidStateError) as exc:
                 # InvalidStateError: the peer's stream already ended (e.g. the peer restarted).
                 raise self._break(f"replicate from {_name(member)} failed: {exc}") from exc
+            finally:
+                self._waiting = None
             if resp is grpc.aio.EOF:
                 raise self._break(f"peer {_name(member)} closed its Replicate stream")
             replies.append((member, resp))
@@ -186,12 +197,23 @@ class Pipeline:
         """Break the pipeline from outside (a peer's lease expired, or this broker's): an append
         waiting on a peer fails at once with `reason`."""
         self._break(reason, cancel=True)
+        # A cancelled call does not wake a write waiting for the call to start (its connection
+        # never made): the waiting task is interrupted instead.
+        waiting = self._waiting
+        if waiting is not None and not self._interrupted:
+            self._interrupted = True
+            waiting.cancel()
 
     def _broken_off(self) -> BaseException:
-        """What to raise for a CancelledError out of a stream: the cancellation itself if it was the
-        append's task that was cancelled, else (the call was: `break_off`, or its channel closed) a
-        PipelineError."""
+        """What to raise for a CancelledError out of a stream: the pipeline's error if `break_off`
+        interrupted the wait or cancelled the call (or its channel closed), else the cancellation
+        itself (the append's task was cancelled)."""
         task = asyncio.current_task()
+        if self._interrupted and task is not None:
+            self._interrupted = False
+            task.uncancel()
+            assert self.broken is not None
+            return self.broken
         if task is not None and task.cancelling():
             return asyncio.CancelledError()
         return self.broken or self._break("a Replicate stream was cancelled (its channel closed)", cancel=True)
@@ -232,6 +254,11 @@ class Pipeline:
         if resp.status != pb.OK:
             raise self._break(f"local spool rejected the commit its peers took: {pb.Status.Name(resp.status)}")
         self.spool.acknowledge()
+        if self._streams:
+            # Tell the peers their commit is the peer set's: until then they hold it from readers.
+            confirm = pb.ReplicateRequest(proposal=self.spool.fragment.spec, registers=registers, acknowledge=False)
+            with contextlib.suppress(PipelineError):  # Committed all the same; the next append rebuilds.
+                await self._send(confirm)
 
     async def gather_ok(self) -> None:
         for member, resp in await self.gather():

@@ -52,8 +52,6 @@ STOP_GRACE = 2.0
 HANDOFF_TIMEOUT = 60.0
 """Seconds an exiting broker waits for its journals to be assigned to other members."""
 REPLICATION_DRAIN_TIMEOUT = 5.0
-# Seconds to revoke the lease at exit; past them the lease is left to expire.
-RELEASE_TIMEOUT = 3.0
 """Seconds an exiting broker, its journals handed off, waits for primaries to end their Replicate streams."""
 
 
@@ -391,8 +389,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            async with asyncio.timeout(RELEASE_TIMEOUT):
-                await self.announcement.release()
+            await self.announcement.release()
         except Exception as exc:
             # etcd cannot be reached (a partition): the lease expires by itself within its TTL.
             log.warning("releasing the member key failed", extra={"error": str(exc) or type(exc).__name__})

@@ -23,7 +23,8 @@ class SpoolObserver(Protocol):
     """Told of a spool's commits and completions."""
 
     def on_commit(self, f: Fragment) -> None:
-        """`f`, the spool's fragment grown by a commit, is readable: add it to the index."""
+        """`f`, the spool's fragment as far as the peer set is known to hold it (`Spool.acknowledged`),
+        grew: it is readable, add it to the index."""
 
     def on_complete(self, f: Fragment) -> None:
         """`f`, a rolled spool's final fragment, must be persisted.
@@ -65,6 +66,7 @@ class Spool:
         self._summer = hashlib.sha1()  # Over [begin, end + delta).
         self._apply_lock = threading.Lock()
         self._committed_summer = hashlib.sha1()  # Over [begin, end).
+        self._exposed_end = 0  # The end of the last fragment handed to the observer's on_commit.
         self.acknowledged = _copy(self.fragment.spec)
         """The longest prefix of `fragment` known to be held by the journal's whole peer set: on a
         primary, every commit its peers acknowledged; on a replica, what its primary's proposals
@@ -103,6 +105,18 @@ class Spool:
     def acknowledge(self) -> None:
         """The whole committed fragment is held by the peer set (see `acknowledged`)."""
         self.acknowledged = _copy(self.fragment.spec)
+        self._expose()
+
+    def _expose(self) -> None:
+        """Hand the acknowledged prefix, if it grew, to the observer's index: readers are given only
+        what the peer set holds, never a commit that a failure could still undo."""
+        spec = self.acknowledged
+        if spec.end <= self._exposed_end or spec.begin != self.fragment.begin or self._file is None:
+            return
+        self._exposed_end = spec.end
+        exposed = self.acknowledged_fragment()
+        assert exposed is not None
+        self._observer.on_commit(exposed)
 
     def acknowledged_fragment(self) -> Fragment | None:
         """The acknowledged prefix of the spool's fragment as a Fragment over the spool file, or
@@ -110,7 +124,7 @@ class Spool:
         spec = self.acknowledged
         if spec.end <= spec.begin or spec.begin != self.fragment.begin or self._file is None:
             return None
-        return Fragment(_copy(spec), self._file)
+        return self.fragment if spec.end == self.fragment.end else Fragment(_copy(spec), self._file)
 
     def next(self) -> pb.Fragment:
         """Return the fragment a commit of the pending content would produce."""
@@ -169,10 +183,16 @@ class Spool:
         return pb.ReplicateResponse(status=pb.PROPOSAL_MISMATCH, fragment=_copy(spec), registers=_copy(self.registers))
 
     def _roll(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
-        if self.fragment.content_length != 0:
-            self._observer.on_complete(self.fragment)
+        if proposal.begin == proposal.end == self.fragment.end:
+            # The primary rolls at our exact end: all of the fragment is the journal's.
+            self.acknowledge()
+        completed = self.acknowledged_fragment()
+        if completed is not None:
+            # Rolled past by a proposal beyond our end, a commit no confirmation reached may be one
+            # the journal went on without: only the acknowledged prefix is completed.
+            self._observer.on_complete(completed)
         elif self._file is not None:
-            self._file.close()  # Only rolled-back content: no Fragment ever referenced it.
+            self._file.close()  # Only rolled-back (or never acknowledged) content: no reader holds it.
         if proposal.end > self.fragment.end:
             self.registers = _copy(registers)
         self.fragment = Fragment(
@@ -190,6 +210,7 @@ class Spool:
         self._summer = hashlib.sha1()
         self._committed_summer = hashlib.sha1()
         self.acknowledged = _copy(self.fragment.spec)
+        self._exposed_end = proposal.end
         self._observer.on_roll(proposal.end)
 
     def _commit(self, proposal: pb.Fragment, registers: pb.LabelSet) -> None:
@@ -202,7 +223,7 @@ class Spool:
         self.registers = _copy(registers)
         self.delta = 0
         self._committed_summer = self._summer.copy()
-        self._observer.on_commit(self.fragment)
+        self._expose()
 
     def __repr__(self) -> str:
         return f"Spool({self.fragment!r}, delta={self.delta})"

@@ -28,6 +28,8 @@ from broker.keyspace.keyspace import (
 
 LEASE_TTL = 20.0
 """Seconds of the member's session lease (`--etcd.lease`)."""
+RELEASE_TIMEOUT = 3.0
+"""Seconds a member waits for etcd to revoke its lease at exit."""
 RETRY_INTERVAL = 0.5
 """Seconds between announce attempts while the key is held under another lease (a restarted
 process's predecessor, whose lease etcd expires within its TTL)."""
@@ -168,18 +170,27 @@ class Announcement:
                 self.spec = spec
                 return revision
 
-    async def release(self) -> None:
-        """Stop the keepalive and revoke the lease, deleting the member key and its assignments."""
+    async def release(self, timeout: float = RELEASE_TIMEOUT) -> None:
+        """Stop the keepalive and revoke the lease, deleting the member key and its assignments. A
+        lost lease is not revoked (etcd expired it, or will by its deadline: a member cut off from
+        etcd would wait for the heal); a revoke not answered within `timeout` is given up, with
+        AnnounceError, leaving the lease to expire."""
         task, self._keepalive = self._keepalive, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         lease_id, self.lease_id = self.lease_id, 0
-        if not lease_id:
+        if not lease_id or self.lost:
             return
         try:
-            await self.client.revoke_lease(lease_id)
+            async with asyncio.timeout(timeout):
+                await self.client.revoke_lease(lease_id)
+        except TimeoutError:
+            raise AnnounceError(
+                f"revoking lease {lease_id:x} of {self.key}: no answer from etcd within {timeout:g}s; it expires by"
+                f" itself within {self.ttl}s"
+            ) from None
         except ClientError as exc:
             # An expired lease has already removed everything it held.
             if "not found" not in str(exc):

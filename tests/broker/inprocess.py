@@ -127,7 +127,15 @@ class InProcessBroker:
         return pb_grpc.JournalStub(self._channel)
 
     async def read(self, journal: str, offset: int = 0) -> bytes:
-        """The journal's committed content from `offset`, through a non-blocking Read RPC."""
+        """The journal's committed content from `offset`, through a non-blocking Read RPC, once
+        readers are given all the replica's spool committed (a replica serves a commit once its
+        primary's confirmation, sent before the append's reply, has arrived)."""
+        replica = self.resolver.replicas.get(journal)
+        if replica is not None:
+            spool = replica.spool
+            deadline = asyncio.get_running_loop().time() + SETTLE
+            while spool.acknowledged.end < spool.end and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
         out = bytearray()
         async for resp in self.stub().Read(pb.ReadRequest(journal=journal, offset=offset, block=False)):
             if resp.status not in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):

@@ -75,6 +75,12 @@ def ok(resp: pb.ReplicateResponse) -> None:
     assert resp.status == pb.OK, resp
 
 
+def commit(spool: Spool, req: pb.ReplicateRequest) -> None:
+    """Apply a commit and acknowledge it, as a primary's pipeline does once its peers took it."""
+    ok(spool.apply(req))
+    spool.acknowledge()
+
+
 def test_initial_state(tmp_path: Path) -> None:
     spool, _ = new_spool(tmp_path)
     assert (spool.begin, spool.end, spool.delta, spool.first_append_time) == (0, 0, 0, None)
@@ -96,6 +102,8 @@ def test_commit(tmp_path: Path) -> None:
     ok(spool.apply(proposal(nxt, regs)))
     assert spool.delta == 0 and spool.registers == regs
     assert spool.first_append_time == 1234.5
+    assert obs.commits == [], "readers get a commit only once the peer set holds it"
+    spool.acknowledge()
     assert len(obs.commits) == 1 and obs.commits[0] is spool.fragment
     assert spec_equal(spool.fragment.spec, nxt)
     assert read_all(spool.fragment) == b"hello, world"
@@ -105,7 +113,7 @@ def test_commit(tmp_path: Path) -> None:
     nxt = spool.next()
     assert (nxt.begin, nxt.end) == (0, 14)
     assert digest_of(nxt.sum) == hashlib.sha1(b"hello, world!!").digest()
-    ok(spool.apply(proposal(nxt, regs)))
+    commit(spool, proposal(nxt, regs))
     assert len(obs.commits) == 2 and obs.commits[1].file is obs.commits[0].file
     assert obs.commits[0].end == 12  # Earlier snapshots are not mutated.
     assert [(f.begin, f.end) for f in obs.index.fragments()] == [(0, 14)]
@@ -115,7 +123,7 @@ def test_commit(tmp_path: Path) -> None:
 def test_rollback(tmp_path: Path) -> None:
     spool, obs = new_spool(tmp_path)
     ok(spool.apply(content(b"keep", 0)))
-    ok(spool.apply(proposal(spool.next())))
+    commit(spool, proposal(spool.next()))
     committed = spool.fragment.spec
 
     ok(spool.apply(content(b"discard", 0)))
@@ -126,7 +134,7 @@ def test_rollback(tmp_path: Path) -> None:
     ok(spool.apply(content(b"more", 0)))
     nxt = spool.next()
     assert digest_of(nxt.sum) == hashlib.sha1(b"keepmore").digest()
-    ok(spool.apply(proposal(nxt)))
+    commit(spool, proposal(nxt))
     assert read_all(spool.fragment) == b"keepmore"
     assert len(obs.commits) == 2
 
@@ -154,7 +162,7 @@ def test_mismatch(tmp_path: Path) -> None:
     spool, obs = new_spool(tmp_path)
     ok(spool.apply(content(b"abc", 0)))
     regs = labels(r="1")
-    ok(spool.apply(proposal(spool.next(), regs)))
+    commit(spool, proposal(spool.next(), regs))
 
     # A wrong sum or a short end mismatches.
     ok(spool.apply(content(b"def", 0)))
@@ -167,7 +175,7 @@ def test_mismatch(tmp_path: Path) -> None:
         assert resp.status == pb.PROPOSAL_MISMATCH
         assert spec_equal(resp.fragment, spool.fragment.spec) and resp.registers == regs
     assert spool.delta == 3  # Still pending: a mismatch changes nothing.
-    ok(spool.apply(proposal(spool.next(), regs)))
+    commit(spool, proposal(spool.next(), regs))
     assert len(obs.commits) == 2
     assert spool.apply(proposal(spool.next(), regs)).status == pb.OK  # Rollback of nothing.
 
@@ -206,7 +214,7 @@ def test_roll_to_empty_fragment_at_end(tmp_path: Path) -> None:
     # The completed fragment stays readable, and the index keeps serving it.
     assert read_all(completed) == b"first"
     ok(spool.apply(content(b"second", 0)))
-    ok(spool.apply(proposal(spool.next(), labels(a="1"))))
+    commit(spool, proposal(spool.next(), labels(a="1")))
     assert read_all(completed) == b"first"
     assert read_all(spool.fragment) == b"second"
     assert spool.fragment.file is not completed.file
@@ -216,7 +224,7 @@ def test_roll_to_empty_fragment_at_end(tmp_path: Path) -> None:
 def test_roll_forward_adopts_registers(tmp_path: Path) -> None:
     spool, obs = new_spool(tmp_path)
     ok(spool.apply(content(b"abc", 0)))
-    ok(spool.apply(proposal(spool.next(), labels(a="1"))))
+    commit(spool, proposal(spool.next(), labels(a="1")))
 
     # A peer reports a greater end: roll there and take its registers.
     resp = spool.apply(proposal(empty(100), labels(a="9")))
@@ -332,3 +340,25 @@ def test_acknowledge_marks_the_whole_fragment(tmp_path: Path) -> None:
     spool.acknowledge()
     f = spool.acknowledged_fragment()
     assert f is not None and (f.begin, f.end) == (0, 3) and spec_equal(f.spec, spool.fragment.spec)
+
+
+def test_a_commit_never_confirmed_is_not_completed_when_rolled_past(tmp_path: Path) -> None:
+    """A replica's last commit, never confirmed, then a proposal beyond its end (the journal went on
+    without it, e.g. while this replica was cut off): its bytes may not be the journal's at those
+    offsets, so neither readers nor the store get them; the confirmed prefix is completed."""
+    spool, obs = new_spool(tmp_path)
+    ok(spool.apply(content(b"kept", 0)))
+    ok(spool.apply(proposal(spool.next())))
+    ok(spool.apply(content(b"maybe", 0)))
+    ok(spool.apply(proposal(spool.next())))  # Builds on "kept": that is the peer set's.
+    assert [(f.begin, f.end) for f in obs.index.fragments()] == [(0, 4)]
+    ok(spool.apply(proposal(empty(20))))
+    assert [(f.begin, f.end) for f in obs.completes] == [(0, 4)]
+    assert read_all(obs.completes[0]) == b"kept"
+
+    # Rolled at its exact end, a fragment is the journal's whole.
+    ok(spool.apply(content(b"all", 0)))
+    ok(spool.apply(proposal(spool.next())))
+    ok(spool.apply(proposal(empty(23))))
+    assert [(f.begin, f.end) for f in obs.completes] == [(0, 4), (20, 23)]
+    assert [(f.begin, f.end) for f in obs.index.fragments()] == [(0, 4), (20, 23)]
