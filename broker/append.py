@@ -190,7 +190,10 @@ class Append:
         desired = self.state.desired_replication(res.spec)
         members = len(res.route.members)
         if members > desired:
-            await self.state.keyspace.wait_for_revision(self.state.keyspace.revision + 1)
+            # The allocator is shrinking the route: resolve again past this resolution's revision
+            # (Gazette's rule), waiting in the resolver rather than here under the replica's lock. The
+            # mirror's own revision may already include the shrink: no later one need ever come.
+            self._min_revision = max(self._min_revision, res.header.etcd.revision + 1)
             return True
         if members < desired:
             self._finish(pb.INSUFFICIENT_JOURNAL_BROKERS, res.header)

@@ -23,6 +23,12 @@ What it offers:
     at `.1`, stay reachable). The cuts are nftables tables in the host's namespace hooked on input and
     output, so packets vanish silently both ways (no RST, no ICMP). `heal(host)` removes every fault
     of a host, `heal_all()` those of every host.
+  - `delay(host, seconds)`: latency on the host's egress (the kernel has no netem here): its routes
+    are moved from `eth0` onto a delay wire (`DelayWire`, tests/delay_wire.py: a forwarder process
+    in the host's namespace moving Ethernet frames between a TAP device there and a TAP port of the
+    bridge, holding the host's frames `seconds`); healed, the routes go back to `eth0` (the wire
+    stays, idle, until the lab closes). Do not `isolate` a host while its delay is active (the
+    wire's bridge port stays up); the nftables cuts do apply.
   - `routes(journals)`, `wait_routed(journals, replication)`, `broker_of(member)`: journal routes
     as the first broker that answers lists them, and the broker a route member names.
   - `can_connect(host, addr, port)`: whether a TCP connect from inside `host` succeeds.
@@ -31,18 +37,22 @@ What it offers:
   be stopped, killed and restarted as itself (same ID, state dir, address and port), as a supervisor
   restarts a pod; `url`, `target`, `logs()`, `wait_ready()` (polling /debug/ready from the root
   namespace), `running()`, `exits` (the exit statuses of earlier incarnations).
+- `connect_seconds(addr, port)`: how long a TCP connect from the test process takes (a round trip).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -276,6 +286,143 @@ class Fault:
         return f"Fault({self.kind} of {self.host.name})"
 
 
+class DelayWire:
+    """A host's delay wire (tests/delay_wire.py): a forwarder process in the host's namespace moving Ethernet
+    frames between a TAP device there (`wire0`, eth0's MAC address) and a TAP port of the lab's bridge
+    (`gzv<id>t<n>`), holding the frames the host sends for `delay` seconds. The host's traffic takes it
+    while its routes name `wire0` (`route_via_wire`), else `eth0` (`route_via_eth0`); frames to the host
+    may arrive either way (the bridge learns its MAC address on whichever port sent last). Both TAPs are
+    gone with the forwarder (`stop`, or the lab's teardown killing what runs in the namespace)."""
+
+    HOST_TAP = "wire0"
+    TUNSETIFF = 0x400454CA
+    IFF_TAP, IFF_NO_PI = 0x0002, 0x1000
+
+    def __init__(self, lab: NetworkLab, host: NetHost) -> None:
+        self.lab, self.host = lab, host
+        self.bridge_tap = f"{host.veth[:7]}t{host.veth[7:]}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = lab.tmp / f"delay-wire-{host.name}.log"
+        self.via_wire = False
+
+    def start(self, timeout: float = 10.0) -> DelayWire:
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+        try:
+            fcntl.ioctl(fd, self.TUNSETIFF, struct.pack("16sH22x", self.bridge_tap.encode(),
+                                                        self.IFF_TAP | self.IFF_NO_PI))
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    self.host.exec_args(sys.executable, "-S", str(ROOT / "tests" / "delay_wire.py"), str(fd),
+                                        self.HOST_TAP),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, pass_fds=(fd,), cwd=ROOT,
+                    start_new_session=True,
+                )
+        finally:
+            os.close(fd)  # The forwarder holds it now: the bridge's TAP lives as long as the forwarder.
+        ready = self._line(timeout)
+        if ready != "ready":
+            self.stop()
+            raise NetfaultsError(f"the delay wire of {self.host} did not start ({ready!r}): {self._log()}")
+        mac = self.host.run("cat", "/sys/class/net/eth0/address").strip()
+        _run("ip", "link", "set", self.bridge_tap, "master", self.lab.bridge, "up")
+        self.host.run("ip", "link", "set", self.HOST_TAP, "address", mac, "up")
+        # Packets to the host may come in on eth0 while its routes name wire0: no reverse-path filter.
+        self.host.run("sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0",
+                      f"net.ipv4.conf.{self.HOST_TAP}.rp_filter=0", f"net.ipv6.conf.{self.HOST_TAP}.disable_ipv6=1")
+        return self
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except FileNotFoundError:
+            return ""
+
+    def _line(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        readable, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return self.proc.stdout.readline().decode().strip() if readable else "(no answer)"
+
+    def command(self, line: str, timeout: float = 5.0) -> str:
+        """Send the forwarder a command (`delay SECONDS`, `stats`); its answer."""
+        if self.proc is None or self.proc.poll() is not None or self.proc.stdin is None:
+            raise NetfaultsError(f"the delay wire of {self.host} is not running: {self._log()}")
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._line(timeout)
+
+    def set_delay(self, seconds: float) -> None:
+        answer = self.command(f"delay {seconds:.6f}")
+        if answer != "ok":
+            raise NetfaultsError(f"the delay wire of {self.host} answered {answer!r}")
+
+    def stats(self) -> dict[str, float]:
+        """The forwarder's counts: egress and ingress frames, held, late_max (seconds), dropped."""
+        words = self.command("stats").split()
+        if words[:1] != ["stats"]:
+            raise NetfaultsError(f"the delay wire of {self.host} answered {' '.join(words)!r}")
+        return {k: float(v) for k, v in (w.split("=", 1) for w in words[1:])}
+
+    def _routes(self, dev: str) -> None:
+        net = self.lab.network
+        self.host.run("ip", "route", "replace", str(net), "dev", dev, "proto", "kernel", "scope", "link",
+                      "src", self.host.addr)
+        self.host.run("ip", "route", "replace", "default", "via", self.lab.gateway, "dev", dev)
+
+    def route_via_wire(self) -> None:
+        self._routes(self.HOST_TAP)
+        self.via_wire = True
+
+    def route_via_eth0(self) -> None:
+        self._routes("eth0")
+        self.via_wire = False
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the forwarder (it sends what it holds first); its TAPs go with it."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def __repr__(self) -> str:
+        return f"DelayWire({self.host.name}: {self.bridge_tap} <-> {self.HOST_TAP})"
+
+
+class DelayFault(Fault):
+    """Latency on a host's egress: its routes take its delay wire; healing puts them back on eth0."""
+
+    def __init__(self, lab: NetworkLab, host: NetHost, wire: DelayWire, seconds: float) -> None:
+        super().__init__(lab, host, "delay", [])
+        self.wire, self.seconds = wire, seconds
+
+    def heal(self) -> None:
+        if self.healed is not None:
+            return
+        self.wire.route_via_eth0()
+        self.wire.set_delay(0.0)  # What it holds still goes out in its time.
+        self.healed = time.monotonic()
+        self.lab._faults.remove(self)
+
+
+def connect_seconds(addr: str, port: int, timeout: float = 5.0) -> float:
+    """How long a TCP connect from the test process to `addr:port` takes: one round trip (SYN, SYN-ACK)."""
+    start = time.monotonic()
+    with socket.create_connection((addr, port), timeout):
+        return time.monotonic() - start
+
+
 class NetBroker:
     """A `gazette serve` broker on a lab host: `python -m broker serve` inside the host's namespace,
     bound to and advertising the host's address. `restart()` starts it again as itself."""
@@ -425,6 +572,8 @@ class NetworkLab:
         self._prefix = prefix
         self._faults: list[Fault] = []
         self._tables = 0
+        self.wires: dict[str, DelayWire] = {}
+        """Delay wires by host name, made by the first `delay` of a host."""
         self._entered = False
 
     @property
@@ -502,6 +651,9 @@ class NetworkLab:
         if self.etcd is not None:
             with contextlib.suppress(Exception):
                 self.etcd.stop()
+        for wire in self.wires.values():
+            with contextlib.suppress(Exception):
+                wire.stop(timeout=2.0)
         problems = _teardown(self.id)
         if problems:
             raise NetfaultsError("could not tear the lab down: " + "; ".join(problems))
@@ -622,6 +774,21 @@ class NetworkLab:
         """Drop the host's traffic with `addrs` (hosts' or any other addresses)."""
         listed = ", ".join(addrs)
         return self._drop(host, "addrs", f"ip daddr {{ {listed} }} drop", f"ip saddr {{ {listed} }} drop")
+
+    def delay(self, host: NetHost | NetBroker | str, seconds: float) -> DelayFault:
+        """Hold every frame the host sends for `seconds` (its egress latency; what it receives is not delayed)
+        until healed: its routes take its delay wire (made and started at the first delay of the host)."""
+        h = self._host(host)
+        if any(f.kind in ("delay", "isolate") for f in self.faults(h)):
+            raise NetfaultsError(f"{h} is delayed or isolated already")
+        wire = self.wires.get(h.name)
+        if wire is None or not wire.running():
+            wire = self.wires[h.name] = DelayWire(self, h).start()
+        wire.set_delay(seconds)
+        wire.route_via_wire()
+        fault = DelayFault(self, h, wire, seconds)
+        self._add(fault)
+        return fault
 
     def _drop(self, host: NetHost | NetBroker | str, kind: str, out_rule: str, in_rule: str) -> Fault:
         h = self._host(host)
