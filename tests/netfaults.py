@@ -57,9 +57,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import grpc
 import pytest
@@ -423,20 +425,22 @@ def connect_seconds(addr: str, port: int, timeout: float = 5.0) -> float:
         return time.monotonic() - start
 
 
-class NetBroker:
-    """A `gazette serve` broker on a lab host: `python -m broker serve` inside the host's namespace,
-    bound to and advertising the host's address. `restart()` starts it again as itself."""
+class NetProcess(ABC):
+    """A process of the project's on a lab host (`python -m MODULE ...` inside the host's namespace),
+    its log appended to by every incarnation: `start()`, and `restart()` it again as itself, `stop()`,
+    `kill()`, `ready()` (its /debug/ready, from the root namespace). Subclasses give its `command()`."""
 
-    def __init__(
-        self, lab: NetworkLab, host: NetHost, *, broker_id: str, zone: str, lease: float = 5.0, port: int = 8080,
-        log_level: str = "debug", extra: Iterable[str] = (),
-    ) -> None:
-        self.lab, self.host, self.broker_id, self.zone, self.lease, self.port = lab, host, broker_id, zone, lease, port
-        self.log_level = log_level
-        self.extra = tuple(extra)
-        self.state_dir = lab.tmp / broker_id / "state"
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = lab.tmp / broker_id / "broker.log"
+    name: str
+    """Its ID (--broker.id, --consumer.id)."""
+    env_prefixes: tuple[str, ...] = ("ETCD_", "BROKER_", "LOG_")
+    """Environment variables it must not inherit (its flags' own)."""
+
+    def __init__(self, lab: NetworkLab, host: NetHost, name: str, *, port: int, log_name: str,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.lab, self.host, self.name, self.port = lab, host, name, port
+        self.env = dict(env or {})
+        self.log_path = lab.tmp / name / log_name
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.exits: list[int] = []
         """Exit statuses of the incarnations that ended."""
@@ -451,35 +455,20 @@ class NetBroker:
     def url(self) -> str:
         return f"http://{self.addr}:{self.port}"
 
-    @property
-    def target(self) -> str:
-        return f"{self.addr}:{self.port}"
-
-    @property
-    def member(self) -> tuple[str, str]:
-        """(zone, suffix), as route members name it."""
-        return self.zone, self.broker_id
-
+    @abstractmethod
     def command(self) -> list[str]:
-        assert self.lab.etcd is not None, "start the lab's etcd first"
-        return self.host.exec_args(
-            sys.executable, "-m", "broker", "serve",
-            "--broker.host", self.addr, "--broker.bind", self.addr, "--broker.port", str(self.port),
-            "--broker.id", self.broker_id, "--broker.zone", self.zone,
-            "--broker.state-dir", str(self.state_dir), "--broker.file-root", str(self.lab.file_root),
-            "--etcd.address", self.lab.etcd_endpoint, "--etcd.prefix", self.lab.prefix,
-            "--etcd.lease", str(self.lease), "--log.level", self.log_level, *self.extra,
-        )
+        """Its command line, inside the host's namespace."""
 
-    def start(self) -> NetBroker:
+    def start(self) -> Self:
         if self.running():
-            raise NetfaultsError(f"{self.broker_id} is running")
+            raise NetfaultsError(f"{self.name} is running")
         self._reap()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ETCD_", "BROKER_", "LOG_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(self.env_prefixes)}
+        env.update(self.env)
         env["PYTHONPATH"] = str(ROOT)
         self.incarnation += 1
         with open(self.log_path, "ab") as log:
-            log.write(f"==== netfaults: incarnation {self.incarnation} of {self.broker_id} ====\n".encode())
+            log.write(f"==== netfaults: incarnation {self.incarnation} of {self.name} ====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -488,8 +477,9 @@ class NetBroker:
         self.started_at = time.monotonic()
         return self
 
-    restart = start
-    """Start the broker again as itself (same ID, state dir, address and port); it must have exited."""
+    def restart(self) -> Self:
+        """Start it again as itself (same ID, state, address and port); it must have exited."""
+        return self.start()
 
     def _reap(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -504,7 +494,7 @@ class NetBroker:
         return None if self.proc is None else self.proc.poll()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
-        """Signal the broker and wait for it to exit (SIGKILL after `timeout`); its exit status."""
+        """Signal it and wait for it to exit (SIGKILL after `timeout`); its exit status."""
         if self.proc is None:
             return None
         proc = self.proc
@@ -540,15 +530,51 @@ class NetBroker:
         except OSError:
             return False
 
-    def wait_ready(self, timeout: float = 30.0) -> NetBroker:
+    def wait_ready(self, timeout: float = 30.0) -> Self:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
-                raise NetfaultsError(f"{self.broker_id} exited with {self.returncode}:\n{self.logs()[-6000:]}")
+                raise NetfaultsError(f"{self.name} exited with {self.returncode}:\n{self.logs()[-6000:]}")
             if self.ready():
                 return self
             time.sleep(0.1)
-        raise TimeoutError(f"{self.broker_id} not ready after {timeout}s:\n{self.logs()[-6000:]}")
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.logs()[-6000:]}")
+
+
+class NetBroker(NetProcess):
+    """A `gazette serve` broker on a lab host: `python -m broker serve` inside the host's namespace,
+    bound to and advertising the host's address. `restart()` starts it again as itself."""
+
+    def __init__(
+        self, lab: NetworkLab, host: NetHost, *, broker_id: str, zone: str, lease: float = 5.0, port: int = 8080,
+        log_level: str = "debug", extra: Iterable[str] = (),
+    ) -> None:
+        super().__init__(lab, host, broker_id, port=port, log_name="broker.log")
+        self.broker_id, self.zone, self.lease = broker_id, zone, lease
+        self.log_level = log_level
+        self.extra = tuple(extra)
+        self.state_dir = lab.tmp / broker_id / "state"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def target(self) -> str:
+        return f"{self.addr}:{self.port}"
+
+    @property
+    def member(self) -> tuple[str, str]:
+        """(zone, suffix), as route members name it."""
+        return self.zone, self.broker_id
+
+    def command(self) -> list[str]:
+        assert self.lab.etcd is not None, "start the lab's etcd first"
+        return self.host.exec_args(
+            sys.executable, "-m", "broker", "serve",
+            "--broker.host", self.addr, "--broker.bind", self.addr, "--broker.port", str(self.port),
+            "--broker.id", self.broker_id, "--broker.zone", self.zone,
+            "--broker.state-dir", str(self.state_dir), "--broker.file-root", str(self.lab.file_root),
+            "--etcd.address", self.lab.etcd_endpoint, "--etcd.prefix", self.lab.prefix,
+            "--etcd.lease", str(self.lease), "--log.level", self.log_level, *self.extra,
+        )
 
     def stub(self) -> tuple[grpc.Channel, pb_grpc.JournalStub]:
         channel = grpc.insecure_channel(self.target)

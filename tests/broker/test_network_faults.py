@@ -29,6 +29,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,14 +95,20 @@ LATENCY_GAP = 2.0
 """The longest a journal may go without an acknowledged append while its primary's egress is delayed."""
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[NetworkLab]:
+@contextmanager
+def broker_lab(tmp: Path) -> Iterator[NetworkLab]:
     """Etcd and three ready brokers, broker-a, broker-b and broker-c, each on a host of its own."""
-    with NetworkLab(tmp_path) as lab:
+    with NetworkLab(tmp) as lab:
         lab.start_etcd()
         brokers = [lab.add_broker(f"broker-{zone}", zone=zone, lease=LEASE) for zone in ZONES]
         for broker in brokers:
             broker.wait_ready(40.0)
+        yield lab
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[NetworkLab]:
+    with broker_lab(tmp_path) as lab:
         yield lab
 
 
