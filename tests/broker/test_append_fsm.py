@@ -307,22 +307,21 @@ async def test_more_members_than_replication_waits_for_the_route_to_shrink(
 async def test_a_route_shrunk_while_the_append_syncs_is_not_waited_for_again(
     inproc_cluster: InProcessCluster, inproc_pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The allocator shrinks the route while the append syncs its pipeline, so the mirror is already
-    past the resolution that had too many members when the FSM checks the desired replication: it
-    resolves again at once (no later revision need ever come), and the replica's lock is free
-    meanwhile."""
+    """The allocator shrinks the route after the append resolved it with too many members, so the
+    mirror is already past that resolution when the FSM checks the desired replication: it resolves
+    again at once (no later revision need ever come)."""
     a, b = inproc_pair
     await new_journal(inproc_cluster, a, b, replication=1)
-    sync = Append._sync
+    check = Append._await_desired_replicas
     shrunk: list[bool] = []
 
-    async def shrinking_sync(self: Append, pipeline: Any, replica: Any) -> None:
+    async def shrunk_first(self: Append, res: Any) -> bool | None:
         if not shrunk:
             shrunk.append(True)
-            await inproc_cluster.assign(J, a)
-        await sync(self, pipeline, replica)
+            await inproc_cluster.assign(J, a)  # Waits until every broker's mirror has it.
+        return await check(self, res)
 
-    monkeypatch.setattr(Append, "_sync", shrinking_sync)
+    monkeypatch.setattr(Append, "_await_desired_replicas", shrunk_first)
     resp = await asyncio.wait_for(append(a, J, b"data"), WAIT)
     assert shrunk and resp.status == pb.OK
     assert list(resp.header.route.members) == [a.local_id]
