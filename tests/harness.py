@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -348,24 +348,8 @@ class BrokerCluster:
 
     def routes(self, journals: list[str], timeout: float = 5.0) -> dict[str, pb.Route]:
         """The routes of `journals` as the first live broker that answers List lists them."""
-        prefix = _common_prefix(journals)
-        labels = [pb.Label(name="prefix", value=prefix)] if prefix else []
-        sel = pb.LabelSelector(include=pb.LabelSet(labels=labels))
-        for slot in self.slots:
-            if slot.proc.proc.poll() is not None:
-                continue
-            channel, stub = slot.proc.stub()
-            try:
-                found = {}
-                for resp in stub.List(pb.ListRequest(selector=sel), timeout=timeout):
-                    for j in resp.journals:
-                        found[j.spec.name] = j.route
-                return {name: found[name] for name in journals if name in found}
-            except grpc.RpcError:
-                continue
-            finally:
-                channel.close()
-        return {}
+        live = [slot.proc.stub for slot in self.slots if slot.proc.proc.poll() is None]
+        return list_routes(live, journals, timeout)
 
     def wait_routed(self, journals: list[str], replication: int, timeout: float = 30.0) -> None:
         """Wait until every journal has a primary and `replication` members, all of them running brokers."""
@@ -409,6 +393,29 @@ class BrokerCluster:
                 if re.search(pattern, line):
                     out.append(f"[{proc.broker_id}:{proc.port}] {line}")
         return out
+
+
+def list_routes(
+    stubs: Iterable[Callable[[], tuple[grpc.Channel, pb_grpc.JournalStub]]], journals: list[str], timeout: float,
+) -> dict[str, pb.Route]:
+    """The routes of `journals` as the first broker of `stubs` (each opening a channel to one) that
+    answers a List of their common `prefix` lists them; {} if none answers."""
+    prefix = _common_prefix(journals)
+    labels = [pb.Label(name="prefix", value=prefix)] if prefix else []
+    sel = pb.LabelSelector(include=pb.LabelSet(labels=labels))
+    for open_stub in stubs:
+        channel, stub = open_stub()
+        try:
+            found = {}
+            for resp in stub.List(pb.ListRequest(selector=sel), timeout=timeout):
+                for j in resp.journals:
+                    found[j.spec.name] = j.route
+            return {name: found[name] for name in journals if name in found}
+        except grpc.RpcError:
+            continue
+        finally:
+            channel.close()
+    return {}
 
 
 def _common_prefix(names: list[str]) -> str:

@@ -68,6 +68,7 @@ import pytest
 
 from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb, pb_grpc
+from tests.harness import list_routes
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE_DIR = Path("/run/gazette-netfaults")
@@ -389,12 +390,7 @@ class DelayWire:
         with contextlib.suppress(OSError, ValueError):
             if proc.stdin is not None:
                 proc.stdin.close()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _wait_or_kill_group(proc, timeout)
         if proc.stdout is not None:
             proc.stdout.close()
 
@@ -416,6 +412,16 @@ class DelayFault(Fault):
         self.wire.set_delay(0.0)  # What it holds still goes out in its time.
         self.healed = time.monotonic()
         self.lab._faults.remove(self)
+
+
+def _wait_or_kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for `proc` to exit; after `timeout`, SIGKILL its process group and reap it."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def connect_seconds(addr: str, port: int, timeout: float = 5.0) -> float:
@@ -501,12 +507,7 @@ class NetProcess(ABC):
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _wait_or_kill_group(proc, timeout)
         rc = proc.returncode
         self._reap()
         return rc
@@ -845,31 +846,11 @@ class NetworkLab:
     # Routes.
 
     def routes(self, journals: list[str], timeout: float = 2.0) -> dict[str, pb.Route]:
-        """The routes of `journals` as the first running broker that answers List lists them."""
-        parts = [name.split("/")[:-1] for name in journals]
-        common: list[str] = []
-        for column in zip(*parts, strict=False):
-            if len(set(column)) != 1:
-                break
-            common.append(column[0])
-        labels = [pb.Label(name="prefix", value="/".join(common) + "/")] if common else []
-        sel = pb.LabelSelector(include=pb.LabelSet(labels=labels))
-        isolated = {f.host.name for f in self._faults}
-        for broker in sorted(self.brokers, key=lambda b: b.host.name in isolated):
-            if not broker.running():
-                continue
-            channel, stub = broker.stub()
-            try:
-                found = {}
-                for resp in stub.List(pb.ListRequest(selector=sel), timeout=timeout):
-                    for j in resp.journals:
-                        found[j.spec.name] = j.route
-                return {name: found[name] for name in journals if name in found}
-            except grpc.RpcError:
-                continue
-            finally:
-                channel.close()
-        return {}
+        """The routes of `journals` as the first running broker that answers List lists them (brokers
+        of faulted hosts last)."""
+        faulted = {f.host.name for f in self._faults}
+        running = [b for b in sorted(self.brokers, key=lambda b: b.host.name in faulted) if b.running()]
+        return list_routes([b.stub for b in running], journals, timeout)
 
     def primary_of(self, journal: str) -> NetBroker | None:
         route = self.routes([journal]).get(journal)

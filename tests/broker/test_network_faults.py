@@ -640,6 +640,19 @@ def victim_exits(out: Outcome) -> str:
     return ", ".join(f"+{t:.2f}s" for t in exits) or "no time"
 
 
+def check_failovers(out: Outcome) -> str:
+    """Complain of each journal the victim was primary of that another broker took no append to within
+    FAILOVER of the fault; the report's line of the failovers."""
+    found = failovers(out)
+    for journal, failover in found.items():
+        if failover is None or failover > FAILOVER:
+            shown = "never" if failover is None else f"+{failover:.2f}s"
+            out.complaints.append(f"{short(journal)} failed over from {out.victim.broker_id} at {shown} "
+                                  f"(by {FAILOVER:.0f}s)")
+    return "  failover (first append committed by another broker): " + ", ".join(
+        f"{short(j)} {'never' if t is None else f'+{t:.2f}s'}" for j, t in found.items())
+
+
 def failovers(out: Outcome) -> dict[str, float | None]:
     """For each journal the victim was primary of: seconds after the fault began that another broker first
     committed an append to it (None: not before the heal)."""
@@ -674,17 +687,11 @@ async def test_primary_cut_from_etcd_stops_acknowledging(lab: NetworkLab) -> Non
             f"{victim.broker_id}, cut from etcd, acknowledged {len(late)} appends more than {STOP_ACKING}s after "
             f"the cut (the last at +{last:.2f}s)"
         )
-    found = failovers(out)
-    for journal, failover in found.items():
-        if failover is None or failover > FAILOVER:
-            shown = "never" if failover is None else f"+{failover:.2f}s"
-            out.complaints.append(f"{short(journal)} failed over from {victim.broker_id} at {shown} "
-                                  f"(by {FAILOVER:.0f}s)")
+    failed_over = check_failovers(out)
     out.extra += [
         f"  {victim.broker_id}: last append it acknowledged (through it or committed by it) at "
         + ("none" if last is None else f"+{last:.2f}s") + f" of the cut; exited at {victim_exits(out)}",
-        "  failover (first append committed by another broker): "
-        + ", ".join(f"{short(j)} {'never' if t is None else f'+{t:.2f}s'}" for j, t in found.items()),
+        failed_over,
     ]
     judge("primary cut from etcd", out)
 
@@ -751,12 +758,7 @@ async def test_primary_isolated_mid_append(lab: NetworkLab) -> None:
         return fault
 
     out = await fault_run(lab, inject, through_victim=False, with_r3=True, fault_seconds=SHORT_FAULT_SECONDS)
-    found = failovers(out)
-    for journal, failover in found.items():
-        if failover is None or failover > FAILOVER:
-            shown = "never" if failover is None else f"+{failover:.2f}s"
-            out.complaints.append(f"{short(journal)} failed over from {out.victim.broker_id} at {shown} "
-                                  f"(by {FAILOVER:.0f}s)")
+    failed_over = check_failovers(out)
     for slow in slows:
         where, ok = slow_presence(slow, out.finals.get(slow.journal, b""))
         out.extra.append(
@@ -768,8 +770,7 @@ async def test_primary_isolated_mid_append(lab: NetworkLab) -> None:
             out.complaints.append(f"{slow.name} is not wholly present or wholly absent: {where}")
     out.extra += [
         f"  {out.victim.broker_id} exited at {victim_exits(out)} of the isolation",
-        "  failover (first append committed by another broker): "
-        + ", ".join(f"{short(j)} {'never' if t is None else f'+{t:.2f}s'}" for j, t in found.items()),
+        failed_over,
     ]
     judge("primary isolated mid-append", out)
 
