@@ -1,4 +1,5 @@
-"""Renderings of journal fragments: the humanized `journals fragments` table and one-line JSON objects.
+"""Renderings of journal fragments: the humanized `journals fragments` table and one-line JSON objects,
+as Gazette's gazctl prints them.
 
 The table follows Gazette's gazctl: JOURNAL, OFFSET (begin), LENGTH (IEC bytes, as go-humanize's
 IBytes), PERSISTED (a humanized age as go-humanize's Time; blank for a fragment not yet persisted),
@@ -7,20 +8,13 @@ SHA1 (first 6 bytes in hex, then `...`), COMPRESSION, and URL when signed URLs w
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 from collections.abc import Iterable
-from typing import Any
-
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import Message
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from broker.fragment.sums import digest_of
 from broker.protocol import pb
+from gazctl import tables
+from gazctl.protojson import encoding_json
 
 _IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
@@ -81,17 +75,13 @@ def sha1_prefix(sum_: pb.SHA1Sum) -> str:
     return digest_of(sum_)[:6].hex() + "..."
 
 
-def table(responses: Iterable[pb.FragmentsResponse], *, now: float, urls: bool = False) -> Table:
-    """Return the fragments of `responses` as a table; with `urls`, a URL column of signed URLs."""
-    out = Table(box=box.ASCII, show_edge=True, highlight=False)
-    out.add_column("JOURNAL", overflow="fold")
-    out.add_column("OFFSET", justify="right", overflow="fold")
-    out.add_column("LENGTH", overflow="fold")
-    out.add_column("PERSISTED", overflow="fold")
-    out.add_column("SHA1", overflow="fold")
-    out.add_column("COMPRESSION", overflow="fold")
+def table_text(responses: Iterable[pb.FragmentsResponse], *, now: float, urls: bool = False) -> str:
+    """The fragments of `responses` as Gazette's table (`cmd/gazctl/gazctlcmd/journals_fragments.go`);
+    with `urls`, a URL column of signed URLs."""
+    headers = ["Journal", "Offset", "Length", "Persisted", "SHA1", "Compression"]
     if urls:
-        out.add_column("URL", overflow="fold")
+        headers.append("URL")
+    rows = []
     for resp in responses:
         for entry in resp.fragments:
             spec = entry.spec
@@ -101,39 +91,21 @@ def table(responses: Iterable[pb.FragmentsResponse], *, now: float, urls: bool =
                 iec_bytes(spec.end - spec.begin),
                 humanized_age(spec.mod_time, now) if spec.mod_time else "",
                 sha1_prefix(spec.sum),
-                pb.CompressionCodec.Name(spec.compression_codec),
+                _codec_name(spec.compression_codec),
             ]
             if urls:
                 row.append(entry.signed_url)
-            out.add_row(*(Text(cell) for cell in row))
-    return out
+            rows.append(row)
+    return tables.render(headers, rows)
+
+
+def _codec_name(codec: int) -> str:
+    """A codec's name, or its number as Go's String() of an unknown enum value writes it."""
+    named = pb.CompressionCodec.DESCRIPTOR.values_by_number.get(codec)
+    return named.name if named is not None else str(codec)
 
 
 def to_json_line(entry: pb.FragmentsResponse._Fragment) -> str:
-    """Return one fragment as a JSON object: proto field names in field order, every field, enums as numbers.
-
-    Numbers stay JSON numbers (protobuf's JSON mapping would quote 64-bit integers), as Gazette's
-    gazctl writes them with Go's encoding/json.
-    """
-    return json.dumps(_plain(entry), separators=(",", ":"))
-
-
-def _plain(msg: Message) -> dict[str, Any]:
-    """Return `msg` as a dict of plain values, keyed by field name in field-number order."""
-    out: dict[str, Any] = {}
-    descriptor: Descriptor = msg.DESCRIPTOR  # type: ignore[assignment]
-    for field in sorted(descriptor.fields, key=lambda f: f.number):
-        value = getattr(msg, field.name)
-        if field.is_repeated:
-            out[field.name] = [_value(field, v) for v in value]
-        else:
-            out[field.name] = _value(field, value)
-    return out
-
-
-def _value(field: FieldDescriptor, value: Any) -> Any:
-    if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return _plain(value)
-    if field.type == FieldDescriptor.TYPE_BYTES:
-        return base64.b64encode(value).decode()  # As Go's encoding/json writes []byte.
-    return value
+    """One fragment as Gazette's `journals fragments -o json` writes it, with Go's encoding/json of the
+    generated struct: zero fields left out, enums as numbers (see `gazctl/protojson.py`)."""
+    return encoding_json(entry)

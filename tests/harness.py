@@ -227,6 +227,11 @@ def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> st
     return error
 
 
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of each line of a table gazctl printed (tablewriter's box: `│ a │ b │`), header first."""
+    return [[c.strip() for c in line[1:-1].split("│")] for line in text.splitlines() if line.startswith("│")]
+
+
 class LineReader:
     """Collects a child process's output lines on a thread, so a test can wait for one with a timeout."""
 

@@ -35,7 +35,7 @@ import grpc
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import ROOT, free_port
+from tests.harness import ROOT, free_port, table_rows
 
 README = ROOT / "README.md"
 README_PORT = "8080"
@@ -194,11 +194,6 @@ class Shell:
                 stdout=subprocess.PIPE, stderr=stderr,
             )
         return Background(text, proc, dump)
-
-
-def table_rows(text: str) -> list[list[str]]:
-    """The cells of a table gazctl printed, header row first."""
-    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
 
 
 def read_rpcs(port: int, journal: str = "example/journal") -> int:
@@ -385,7 +380,7 @@ def test_readme_tutorial(tutorial: Tutorial) -> None:
     finally:
         reader.stop()
     rows = table_rows(shell.run(fragments_cmd.text).ok().text)
-    assert rows[0] == ["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION"], rows
+    assert rows[0] == ["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA 1", "COMPRESSION"], rows
     sha1 = hashlib.sha1(content).hexdigest()
     assert rows[1] == ["example/journal", "0", f"{len(content)} B", rows[1][3], f"{sha1[:12]}...", "SNAPPY"], rows
     assert rows[1][3].endswith(" ago"), rows  # The first fragment is persisted: PERSISTED is its age.

@@ -15,17 +15,14 @@ import typer
 from gazctl.commands.common import reported
 from gazctl.errors import GazctlError
 
-DEFAULT_TEMPLATE = "{{.UUID}},{{.Line}}\\n"
-"""As the flag's value is written: its `\\n` is an escape (see `parse_template`)."""
+DEFAULT_TEMPLATE = "{{.UUID}},{{.Line}}\n"
+"""Ends in a newline, as Gazette's (the struct tag's `\\n` is unquoted by Go's reflect)."""
 DEFAULT_MAX_LENGTH = 4 * 1024 * 1024
 CLOCK_UPDATE_INTERVAL = 0.1
 """Seconds between moving the clock to wall-clock time, as Gazette's attach-uuids does."""
 
 _ACTION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _FIELD = re.compile(r"\s*\.(UUID|Line)\s*")
-_ESCAPE = re.compile(r"\\(?:([abfnrtv\\'\"])|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{3}))")
-_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-                   "\\": "\\", "'": "'", '"': '"'}
 
 class Field(enum.Enum):
     """A field of the template."""
@@ -38,37 +35,11 @@ Part = bytes | Field
 """A template part: literal bytes, or a field."""
 
 
-def unescape(text: str) -> bytes:
-    """`text` with Go string escapes (`\\n`, `\\t`, `\\\\`, `\\x41`, `\\u00e9`, `\\101`, ...) applied, as UTF-8.
-
-    A backslash starting no escape stays as it is. `\\x` and octal escapes give one byte each, as in Go.
-    """
-    out = bytearray()
-    pos = 0
-    for m in _ESCAPE.finditer(text):
-        out += text[pos : m.start()].encode("utf-8")
-        simple, hex2, hex4, hex8, octal = m.groups()
-        if simple is not None:
-            out += _SIMPLE_ESCAPES[simple].encode("utf-8")
-        elif hex2 is not None:
-            out.append(int(hex2, 16))
-        elif octal is not None:
-            if int(octal, 8) > 0xFF:
-                raise GazctlError(f"invalid --template: octal escape \\{octal} is above \\377")
-            out.append(int(octal, 8))
-        else:
-            code = int(hex4 or hex8, 16)
-            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                raise GazctlError(f"invalid --template: escape {m.group(0)} is not a valid Unicode character")
-            out += chr(code).encode("utf-8")
-        pos = m.end()
-    out += text[pos:].encode("utf-8")
-    return bytes(out)
-
-
 def parse_template(template: str) -> list[Part]:
-    """Parse a --template: `{{.UUID}}` and `{{.Line}}` actions among literal text (Go escapes applied).
+    """Parse a --template: `{{.UUID}}` and `{{.Line}}` actions among literal text.
 
+    The text is taken literally, as Go's text/template takes it (`cmd/gazctl/gazctlcmd/attach_uuids.go`):
+    a `\\n` in the flag's value is a backslash and an `n`; a shell's `$'...\\n'` makes a newline.
     Any other `{{...}}` action raises GazctlError: only these two fields exist.
     """
     parts: list[Part] = []
@@ -81,14 +52,14 @@ def parse_template(template: str) -> list[Part]:
                 " (only {{.UUID}} and {{.Line}} are supported)"
             )
         if m.start() > pos:
-            parts.append(unescape(template[pos : m.start()]))
+            parts.append(template[pos : m.start()].encode("utf-8"))
         parts.append(Field(field.group(1)))
         pos = m.end()
     rest = template[pos:]
     if "{{" in rest:
         raise GazctlError(f"invalid --template: unclosed action at character {pos + rest.index('{{')}")
     if rest:
-        parts.append(unescape(rest))
+        parts.append(rest.encode("utf-8"))
     return parts
 
 
@@ -171,7 +142,8 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--template",
-                help="Output of each line: {{.UUID}} and {{.Line}} among text, with Go escapes such as \\n and \\t",
+                help="Go text/template for output: {{.UUID}} and {{.Line}} among literal text (use $'...\\n' for a"
+                " newline)",
             ),
         ] = DEFAULT_TEMPLATE,
         max_length: Annotated[
@@ -190,8 +162,9 @@ def register(app: typer.Typer) -> None:
         small files first.
 
         Examples: prefix CSV rows with a UUID: `gazctl attach-uuids in.csv`. Postfix them:
-        `--template '{{.Line}},{{.UUID}}\\n'`. Wrap JSON lines:
-        `--template '{"uuid": "{{.UUID}}", "record": {{.Line}}}\\n'`.
+        `--template=$'{{.Line}},{{.UUID}}\\n'`. Wrap JSON lines:
+        `--template=$'{"uuid": "{{.UUID}}", "record": {{.Line}}}\\n'`. The template is taken literally,
+        as Gazette's: use the shell's `$'...'` quoting for the newline.
         """
         with reported():
             parts = parse_template(template)

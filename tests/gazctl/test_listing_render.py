@@ -1,61 +1,14 @@
-"""The fast paths of `journals list` rendering print exactly what rich and ruamel would."""
+"""The fast path of `journals list --format yaml` prints exactly what ruamel would."""
 
 from __future__ import annotations
 
 import io
 
 import pytest
-from rich.console import Console
 from ruamel.yaml import YAML
 
 from broker.protocol import pb
-from gazctl.listing import table, table_text
 from gazctl.specs import journalspace
-
-
-def _response(names: list[str], value: str = "v") -> pb.ListResponse:
-    resp = pb.ListResponse()
-    for i, name in enumerate(names):
-        j = resp.journals.add()
-        j.spec.name = name
-        j.spec.replication = i % 3
-        j.spec.labels.labels.add(name="topic", value=value)
-        if i % 2:
-            j.route.primary = 0
-            j.route.members.add(zone="z", suffix=f"broker-{i}")
-            j.route.members.add(zone="z", suffix="other")
-            j.spec.suspend.level = pb.JournalSpec.Suspend.PARTIAL
-        if i % 3 == 1:
-            j.spec.fragment.stores.append("s3://bucket/prefix/")
-    return resp
-
-
-def _rich(resp: pb.ListResponse, width: int, **columns: object) -> str:
-    buf = io.StringIO()
-    Console(file=buf, highlight=False, width=width).print(table(resp, **columns))  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
-@pytest.mark.parametrize("value", ["v", "", "日本語", "a b", "é😀"])
-@pytest.mark.parametrize(
-    "columns",
-    [
-        {},
-        {"rf": True, "primary": True, "replicas": True, "stores": True},
-        {"primary": True, "label_columns": ["topic", "missing"]},
-    ],
-)
-def test_table_text_is_richs_table(value: str, columns: dict[str, object]) -> None:
-    for names in ([], ["a/b"], ["a/b", "a/ccc/ddd", "x/" + "y" * 40]):
-        resp = _response(names, value)
-        assert table_text(resp, 1 << 16, **columns) == _rich(resp, 1 << 16, **columns)  # type: ignore[arg-type]
-
-
-def test_table_text_leaves_other_tables_to_rich() -> None:
-    assert table_text(_response(["a/" + "b" * 100]), 40) is None  # rich folds cells to fit.
-    assert table_text(_response(["a/b"], "tab\there"), 1 << 16, label_columns=["topic"]) is None
-    assert table_text(_response(["a/b"], " padded"), 1 << 16, label_columns=["topic"]) is None
-    assert table_text(_response(["a/b"]), 1 << 16, label_columns=["[bold]x"]) is None  # Markup in a header.
 
 
 def _ruamel(node: journalspace.Node) -> str:

@@ -18,7 +18,7 @@ from consumer.protocol import pb
 from gazctl.config import resolve_consumer_address
 from gazctl.specs import shardspace
 from tests.consumer.test_consume_cli import ConsumerProcess
-from tests.harness import BrokerProcess, free_port, run_gazctl
+from tests.harness import BrokerProcess, free_port, run_gazctl, table_rows
 
 SOURCE = "shards-cli/events"
 SHARD = "shards-cli-000"
@@ -79,11 +79,6 @@ def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> st
     for text in expected:
         assert text in lines[0], lines[0]
     return lines[0]
-
-
-def table_rows(text: str) -> list[list[str]]:
-    lines = [line.strip().strip("|") for line in text.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in line.split("|")] for line in lines]
 
 
 def listed(consumer: ConsumerProcess, selector: str = "app=shards-cli") -> pb.ListResponse:

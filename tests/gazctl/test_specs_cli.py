@@ -14,7 +14,7 @@ from google.protobuf import text_format
 
 from broker.protocol import pb
 from gazctl.app import app
-from tests.harness import ROOT, BrokerProcess, gazctl_env, run_gazctl
+from tests.harness import ROOT, BrokerProcess, gazctl_env, run_gazctl, table_rows
 
 TREE = """\
 # Two topics under one directory.
@@ -68,9 +68,8 @@ def test_list_formats_and_columns(broker: BrokerProcess) -> None:
         "-L", "app.gazette.dev/tag",
     )
     assert table.returncode == 0, table.stderr
-    lines = [line for line in table.stdout.splitlines() if line.startswith("| ")]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-    assert rows[0] == ["NAME", "RF", "STORES", "APP.GAZETTE.DEV/MESSAGE-TYPE", "APP.GAZETTE.DEV/TAG"]
+    rows = table_rows(table.stdout)
+    assert rows[0] == ["NAME", "RF", "STORES", "APP . GAZETTE . DEV / MESSAGE - TYPE", "APP . GAZETTE . DEV / TAG"]
     assert rows[1:] == [
         ["specs/clicks/part-000", "1", "file:///", "Click", "<none>"],
         ["specs/clicks/part-001", "1", "file:///", "Click", "<none>"],
@@ -147,12 +146,27 @@ def test_list_watch_prints_each_change(broker: BrokerProcess) -> None:
          "--broker.address", broker.url],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def next_object() -> Any:
+        """The next JSON object: Gazette's jsonpb writes them one after another, with nothing between."""
+        text = ""
+        while True:
+            char = stdout.read(1)
+            assert char, "gazctl exited"
+            text += char
+            if char == "}":
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+
     try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
+        first = next_object()
         assert [j["spec"]["name"] for j in first["journals"]] == ["watched/a"]
         assert _apply(broker, tree.replace("watched/a", "watched/b")).returncode == 0
-        second = json.loads(proc.stdout.readline())
+        second = next_object()
         assert [j["spec"]["name"] for j in second["journals"]] == ["watched/a", "watched/b"]
     finally:
         proc.terminate()

@@ -26,7 +26,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.broker.client.helpers import read_rpcs, wait_for_process_read
-from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl
+from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl, table_rows
 
 EXAMPLE_SPEC = """\
 name: example/journal
@@ -105,11 +105,6 @@ def curl(method: str, url: str, data: bytes | None = None) -> bytes:
     return body
 
 
-def table_rows(text: str) -> list[list[str]]:
-    """The cells of a printed table, header row first."""
-    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-
-
 def names(done: subprocess.CompletedProcess[str]) -> list[str]:
     assert done.returncode == 0, done.stderr
     return [row[0] for row in table_rows(done.stdout)[1:]]
@@ -185,7 +180,7 @@ def test_04_fragments_table(example: str, home: Path, broker: BrokerProcess) -> 
     listed = gazctl(home, "journals", "fragments", "-l", "name=example/journal")
     assert listed.returncode == 0, listed.stderr
     rows = table_rows(listed.stdout)
-    assert rows[0] == ["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA1", "COMPRESSION"]
+    assert rows[0] == ["JOURNAL", "OFFSET", "LENGTH", "PERSISTED", "SHA 1", "COMPRESSION"]
     assert rows[1][:2] == ["example/journal", "0"] and rows[1][3] != ""  # Persisted: an age.
     assert all(re.fullmatch(r"[0-9a-f]{12}\.\.\.", r[4]) and r[5] == "SNAPPY" for r in rows[1:])
     offsets = [int(r[1]) for r in rows[1:]]

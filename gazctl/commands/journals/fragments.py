@@ -11,9 +11,8 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from google.protobuf import text_format
 
-from broker.client import JournalClient, fragments_request, list_journals
+from broker.client import JournalClient, Suspended, fragments_request, list_journals
 from broker.protocol import pb
 from broker.protocol.validation import duration_ns
 from broker.specs.durations import DurationError, parse_duration
@@ -29,11 +28,11 @@ from gazctl.commands.common import (
     reported,
     require_selector,
     setup,
-    stdout_console,
 )
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
-from gazctl.fragments_table import table, to_json_line
+from gazctl.fragments_table import table_text, to_json_line
+from gazctl.prototext import marshal_text
 from gazctl.prune import JournalPrune, aged_fragments, all_fragments, log_fields, prune_plans
 
 log = logging.getLogger("gazctl")
@@ -122,9 +121,9 @@ def fragments_command(
                     sys.stdout.write(to_json_line(entry) + "\n")
         elif output is FragmentsFormat.proto:
             for resp in responses:
-                sys.stdout.write(text_format.MessageToString(resp))
+                sys.stdout.write(marshal_text(resp))
         else:
-            stdout_console().print(table(responses, now=time.time(), urls=ttl is not None))
+            sys.stdout.write(table_text(responses, now=time.time(), urls=ttl is not None))
         sys.stdout.flush()
 
 
@@ -155,8 +154,10 @@ def prune_command(
     Fragments are deleted from their stores directly. There is a caveat: several fragments may
     cover the same offsets, but brokers track only the largest of them, and prune deletes only
     tracked fragments. Smaller ones stay untouched; prune again once the brokers' fragment
-    listing has refreshed. Fully suspended journals are skipped. Each pruned fragment is printed
-    on stdout (try it with --dry-run first), and each journal's counts are logged at info.
+    listing has refreshed. A fully suspended journal has no fragments to list: prune fails on it
+    before deleting anything, as Gazette's fails on it (select journals without it). Each pruned
+    fragment is printed on stdout (try it with --dry-run first), and each journal's counts are
+    logged at info.
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
@@ -167,17 +168,24 @@ def prune_command(
             listed = await list_journals(client, parsed)
             if not listed.journals:
                 raise GazctlError(f"no journals match --selector {selector!r}")
-            journals = _unsuspended(listed.journals)
 
             async def one(journal: Journal) -> JournalPrune:
-                resp = await all_fragments(client, fragments_request(journal.spec.name))
+                try:
+                    resp = await all_fragments(client, fragments_request(journal.spec.name))
+                except Suspended:
+                    # As Gazette's `journals prune` (`cmd/gazctl/gazctlcmd/journals_prune.go`), which exits 1 with
+                    # `failed to fetch fragments err=SUSPENDED`; here nothing is deleted before it.
+                    raise GazctlError(
+                        f"failed to fetch fragments of journal {journal.spec.name}: SUSPENDED (it is fully suspended;"
+                        " nothing was pruned)"
+                    ) from None
                 retention = duration_ns(journal.spec.fragment.retention) / 1e9
                 if retention <= 0:
                     # Deliberately unlike Gazette's prune, which deletes every persisted fragment here.
                     log.info("journal has no retention: it keeps every fragment", extra={"journal": journal.spec.name})
                 return aged_fragments(journal.spec.name, (f.spec for f in resp.fragments), retention, now)
 
-            return await map_bounded(journals, one)
+            return await map_bounded(list(listed.journals), one)
 
         plans = settings.run(collect)
         total = asyncio.run(prune_plans(plans, file_root or "", dry_run=dry_run))

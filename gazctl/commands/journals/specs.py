@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from google.protobuf import text_format
 
 from broker.client import JournalClient, apply_journals, list_journals, watch_journals
 from broker.protocol import pb
@@ -26,12 +25,12 @@ from gazctl.commands.common import (
     reported,
     require_selector,
     setup,
-    stdout_console,
 )
 from gazctl.commands.journals._app import app
 from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
-from gazctl.listing import table, table_text, to_json, to_yaml
+from gazctl.listing import table_text, to_json, to_yaml
+from gazctl.prototext import marshal_text
 from gazctl.specs import journalspace
 
 log = logging.getLogger("gazctl")
@@ -86,19 +85,13 @@ def list_command(
         if output is ListFormat.yaml:
             sys.stdout.write(to_yaml(resp))
         elif output is ListFormat.json:
-            sys.stdout.write(to_json(resp) + "\n")
+            sys.stdout.write(to_json(resp))  # As Gazette's: no newline after the object.
         elif output is ListFormat.proto:
-            sys.stdout.write(text_format.MessageToString(resp))
+            sys.stdout.write(marshal_text(resp))
         else:
-            columns = {"rf": rf, "primary": primary, "replicas": replicas, "stores": stores}
-            label_cols = label_columns or ()
-            console = stdout_console()
-            # Not a terminal (piped, redirected): no styles, so write the same text without rich's per-cell work.
-            text = None if console.is_terminal else table_text(resp, console.width, label_columns=label_cols, **columns)
-            if text is not None:
-                sys.stdout.write(text)
-            else:
-                console.print(table(resp, label_columns=label_cols, **columns))
+            sys.stdout.write(table_text(
+                resp, rf=rf, primary=primary, replicas=replicas, stores=stores, label_columns=label_columns or ()
+            ))
         sys.stdout.flush()
 
     async def watch_and_render(client: JournalClient) -> None:
@@ -142,7 +135,7 @@ def apply_command(
         text, file = _read_specs(specs)
         changes = _changes(text, file)
         if dry_run:
-            sys.stdout.write(text_format.MessageToString(pb.ApplyRequest(changes=changes)))
+            sys.stdout.write(marshal_text(pb.ApplyRequest(changes=changes)))
             return
         revision = _apply(settings, changes, max_txn_size)
         log.info("successfully applied", extra={"revision": revision, "changes": len(changes)})

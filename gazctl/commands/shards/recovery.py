@@ -58,10 +58,10 @@ def prune_command(
         bool,
         typer.Option(
             "--dry-run/--no-dry-run",
-            help="List the fragments that would be deleted, and their bytes, without deleting (the default);"
-            " --no-dry-run deletes them",
+            help="Perform a dry-run: list the fragments that would be deleted, and their bytes, without deleting"
+            " them (--no-dry-run, the default, deletes them)",
         ),
-    ] = True,
+    ] = False,
     file_root: Annotated[
         str | None,
         typer.Option(

@@ -3,17 +3,12 @@ shardspace YAML; shardspace files applied through the Shard API's Apply."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from enum import StrEnum
 from typing import Annotated
 
 import typer
-from google.protobuf import text_format
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from broker.client import JournalClient, apply_transactions, list_journals
 from broker.logs import LogFormat
@@ -21,6 +16,7 @@ from broker.protocol import labels
 from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
+from gazctl import tables
 from gazctl.commands.common import (
     BrokerAddressOption,
     ConsumerAddressOption,
@@ -30,14 +26,14 @@ from gazctl.commands.common import (
     MaxTxnSizeOption,
     reported,
     setup,
-    stdout_console,
 )
 from gazctl.commands.journals.specs import _read_specs
 from gazctl.commands.shards._app import app
-from gazctl.commands.shards.lag import SourceLag, fetch_lag
+from gazctl.commands.shards.lag import fetch_lag
 from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
-from gazctl.protojson import message_to_dict
+from gazctl.protojson import jsonpb
+from gazctl.prototext import marshal_text
 from gazctl.shard_client import (
     RequiredSelectorOption,
     SelectorOption,
@@ -96,8 +92,8 @@ def list_command(
         bool,
         typer.Option(
             "--lag",
-            help="Show, per source journal, its write head (asked of the broker), the offset the shard has read"
-            " through (asked of its primary) and the lag in bytes between them (table and json)",
+            help="Show the amount of unread data for each shard: a LAG column of `journal:bytes` for each journal"
+            " its primary has read through (table)",
         ),
     ] = False,
     consumer_address: ConsumerAddressOption = None,
@@ -109,21 +105,20 @@ def list_command(
 
     The table shows ID and STATUS (the highest status of the shard's replicas: IDLE, BACKFILL,
     STANDBY, PRIMARY or FAILED), then the columns asked for; a member is shown as
-    `consumer-id:STATUS`. With --lag, each source journal of a shard is a row, with its WRITE HEAD,
-    the shard's READ THROUGH offset (of its last committed transaction) and the LAG in bytes;
-    `<none>` where it cannot be known (the journal does not exist, or the shard has no primary).
+    `consumer-id:STATUS`. With --lag, a LAG column lists `journal:bytes` for each journal the
+    shard's primary has read through: the journal's write head less the shard's offset (a shard
+    without a primary fails the listing, as in Gazette). --lag changes only the table.
     `list --format yaml` prints the shardspace with each shard's revision: applying it unchanged
     is a no-op, and a modified copy updates exactly what changed.
     """
     with reported():
-        if lag and output in (ListFormat.yaml, ListFormat.proto):
-            raise GazctlError(f"--lag shows in the table and json formats, not --format {output.value}")
         settings = setup(ctx, broker_address, log_level, log_format)
         parsed = parse_shard_selector(selector)
+        with_lag = lag and output is ListFormat.table  # Gazette looks lag up only for its table.
 
-        async def listing(client: ShardClient) -> tuple[pb.ListResponse, list[SourceLag]]:
+        async def listing(client: ShardClient) -> tuple[pb.ListResponse, list[str]]:
             resp = await client.list(parsed)
-            if not lag:
+            if not with_lag:
                 return resp, []
             async with settings.client() as journals:
                 return resp, await fetch_lag(client, journals, resp)
@@ -132,35 +127,28 @@ def list_command(
         if output is ListFormat.yaml:
             sys.stdout.write(to_yaml(resp))
         elif output is ListFormat.json:
-            sys.stdout.write(to_json(resp, lags if lag else None) + "\n")
+            sys.stdout.write(jsonpb(resp))  # As Gazette's: no newline after the object.
         elif output is ListFormat.proto:
-            sys.stdout.write(text_format.MessageToString(resp))
+            sys.stdout.write(marshal_text(resp))
         else:
             headers, rows = table_cells(resp, rf, primary, replicas, label_columns or ())
-            if lag:
-                headers, rows = with_lag(headers, rows, resp, lags)
-            console = stdout_console()
-            if console.is_terminal:
-                out = Table(box=box.ASCII, show_edge=True, highlight=False)
-                for header in headers:
-                    out.add_column(header, overflow="fold")
-                for row in rows:
-                    out.add_row(*(Text(cell) for cell in row))
-                console.print(out)
-            else:
-                sys.stdout.write(table_text(headers, rows))
+            if with_lag:
+                headers.append("Lag")
+                for row, cell in zip(rows, lags, strict=True):
+                    row.append(cell)
+            sys.stdout.write(tables.render(headers, rows))
         sys.stdout.flush()
 
 
 def table_cells(
     resp: pb.ListResponse, rf: bool, primary: bool, replicas: bool, label_columns: tuple[str, ...] | list[str]
 ) -> tuple[list[str], list[list[str]]]:
-    """The headers and rows of the table, as Gazette's `shards list`."""
-    headers = ["ID", "STATUS"]
-    for on, header in ((rf, "RF"), (primary, "PRIMARY"), (replicas, "REPLICAS")):
+    """The headers and rows of the table, as Gazette's `shards list` (`cmd/gazctl/gazctlcmd/shards_list.go`)."""
+    headers = ["ID", "Status"]
+    for on, header in ((rf, "RF"), (primary, "Primary"), (replicas, "Replicas")):
         if on:
             headers.append(header)
-    headers.extend(name.upper() for name in label_columns)
+    headers.extend(label_columns)
     rows = []
     for shard in resp.shards:
         status = pb.ReplicaStatus()
@@ -188,38 +176,6 @@ def table_cells(
     return headers, rows
 
 
-def with_lag(
-    headers: list[str], rows: list[list[str]], resp: pb.ListResponse, lags: list[SourceLag]
-) -> tuple[list[str], list[list[str]]]:
-    """The table with a row per source journal of each shard (the shard's cells repeated) and its lag."""
-    by_shard: dict[str, list[SourceLag]] = {}
-    for item in lags:
-        by_shard.setdefault(item.shard, []).append(item)
-    out = []
-    for shard, row in zip(resp.shards, rows, strict=True):
-        sources = by_shard.get(shard.spec.id, [])
-        if not sources:
-            out.append([*row, NONE, NONE, NONE, NONE])
-        for item in sources:
-            cells = (item.write_head, item.read_through, item.lag)
-            out.append([*row, item.journal, *(NONE if c is None else str(c) for c in cells)])
-    return [*headers, "JOURNAL", "WRITE HEAD", "READ THROUGH", "LAG"], out
-
-
-def table_text(headers: list[str], rows: list[list[str]]) -> str:
-    """The table as plain text (for a pipe or a file), with rich's ASCII box."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |\n"
-
-    edge = "+" + "-" * (sum(widths) + 3 * len(widths) - 1) + "+\n"
-    out = [edge, line(headers), "|" + "+".join("-" * (w + 2) for w in widths) + "|\n"]
-    out.extend(line(row) for row in rows)
-    out.append(edge)
-    return "".join(out)
-
-
 async def missing_journals(client: JournalClient, flats: list[shardspace.FlatShard]) -> list[tuple[str, str, str]]:
     """(shard id, YAML key, journal) of each source or recovery-log journal of an upserted shard
     that does not exist, in file order."""
@@ -240,15 +196,6 @@ async def missing_journals(client: JournalClient, flats: list[shardspace.FlatSha
 def to_yaml(resp: pb.ListResponse) -> str:
     """The shards as a shardspace: common fields hoisted, each shard with its mod revision."""
     return shardspace.dump(shardspace.hoist((s.spec, s.mod_revision) for s in resp.shards))
-
-
-def to_json(resp: pb.ListResponse, lags: list[SourceLag] | None = None) -> str:
-    """One JSON object of the response: proto field names, defaults included, in field order;
-    with `lags`, a `lag` list of {shard, journal, write_head, read_through, lag} after them."""
-    out = dict(message_to_dict(resp, with_defaults=True))
-    if lags is not None:
-        out["lag"] = [item.as_dict() for item in lags]
-    return json.dumps(out)
 
 
 @app.command("apply")
@@ -295,7 +242,7 @@ def apply_command(
                 )
         changes = [shardspace.change(flat) for flat in flats]
         if dry_run:
-            sys.stdout.write(text_format.MessageToString(pb.ApplyRequest(changes=changes)))
+            sys.stdout.write(marshal_text(pb.ApplyRequest(changes=changes)))
             return
         if not changes:
             raise GazctlError(f"{file}: the shardspace has no shards to apply")
