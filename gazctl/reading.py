@@ -35,6 +35,7 @@ from broker.client import (
 )
 from broker.protocol import pb
 from gazctl.errors import GazctlError
+from gazctl.protojson import go_string
 
 log = logging.getLogger("gazctl")
 
@@ -91,10 +92,12 @@ async def check_journals_exist(client: JournalClient, offsets: Mapping[str, int]
 
 
 def write_offsets(path: str, offsets: Mapping[str, int]) -> None:
-    """Write `offsets` as JSON to `path` atomically (a temporary file renamed over it)."""
+    """Write `offsets` as JSON to `path` atomically (a temporary file renamed over it), as Gazette's
+    json.Encoder writes its map (`cmd/gazctl/gazctlcmd/journals_read.go`): sorted keys, Go's escaping."""
     temp = f"{path}.temp"
+    text = "{" + ",".join(f"{go_string(name)}:{offset}" for name, offset in sorted(offsets.items())) + "}\n"
     with open(temp, "w", encoding="utf-8") as out:
-        out.write(json.dumps(dict(sorted(offsets.items())), separators=(",", ":")) + "\n")
+        out.write(text)
         out.flush()
         os.fsync(out.fileno())
     os.replace(temp, path)

@@ -224,7 +224,7 @@ def test_offsets_out_then_offsets_resume_exactly(
     assert second.returncode == 0, second.stderr
     assert sorted(second.stdout.splitlines()) == [b"a2", b"b3"]  # No repeat, no gap.
     assert json.loads((tmp_path / "offsets.json.previous").read_text()) == saved
-    assert json.loads(offsets.read_text()) == {"read/resume/a": 6, "read/resume/b": 9}
+    assert offsets.read_text() == '{"read/resume/a":6,"read/resume/b":9}\n'  # Go's json.Encoder of a map.
 
     # Nothing new: nothing read, offsets unchanged; an -o file gets the (empty) output.
     third = read(broker, "-l", "name=read/resume/a", "--offsets", str(offsets), "-o", str(tmp_path / "out"),
