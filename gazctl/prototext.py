@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from broker.protocol.textformat import quote_bytes
 from gazctl.gogo import is_map, map_fields, non_nullable, std_duration
 
 
@@ -70,30 +71,12 @@ def _scalar(field: Any, value: Any) -> str:
         named = field.enum_type.values_by_number.get(value)
         return named.name if named is not None else str(value)
     if field.type == FieldDescriptor.TYPE_STRING:
-        return quote(value.encode("utf-8"))
+        return quote_bytes(value.encode("utf-8"))
     if field.type == FieldDescriptor.TYPE_BYTES:
-        return quote(value)
+        return quote_bytes(value)
     if field.type == FieldDescriptor.TYPE_BOOL:
         return "true" if value else "false"
     return str(value)
 
 
-_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord('"'): '\\"', ord("\\"): "\\\\"}
-
-
-def quote(data: bytes) -> str:
-    """Bytes as a quoted string of the text format, byte by byte (`\\n`, `\\"`, `\\303\\251`)."""
-    parts = ['"']
-    for byte in data:
-        escape = _ESCAPES.get(byte)
-        if escape is not None:
-            parts.append(escape)
-        elif 0x20 <= byte < 0x7F:
-            parts.append(chr(byte))
-        else:
-            parts.append(f"\\{byte:03o}")
-    parts.append('"')
-    return "".join(parts)
-
-
-__all__ = ["marshal_text", "quote"]
+__all__ = ["marshal_text"]

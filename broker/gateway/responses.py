@@ -14,6 +14,7 @@ from broker.fragment.names import go_join
 from broker.protocol import pb
 from broker.protocol.paths import URLError, parse_url
 from broker.protocol.rpc_errors import rpc_error_text as go_error_text
+from broker.protocol.textformat import quote_bytes
 
 ROUTE_TOKEN_HEADER = "X-Route-Token"
 FRAGMENT_NAME_HEADER = "X-Fragment-Name"
@@ -82,20 +83,8 @@ def registers_token(registers: pb.LabelSet) -> str:
 
 
 def _text_string(s: str) -> str:
-    # Byte-wise, as Go's text marshaler: printable ASCII as is, a few C escapes, octal otherwise.
-    out = ['"']
-    for b in s.encode("utf-8", "surrogateescape"):
-        if b in _TEXT_ESCAPES:
-            out.append(_TEXT_ESCAPES[b])
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\{b:03o}")
-    out.append('"')
-    return "".join(out)
-
-
-_TEXT_ESCAPES = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x22: '\\"', 0x5C: "\\\\"}
+    # Byte-wise, as Go's text marshaler (broker/protocol/textformat.py).
+    return quote_bytes(s.encode("utf-8", "surrogateescape"))
 
 
 def _location(endpoint: str, path: str) -> str | None:
