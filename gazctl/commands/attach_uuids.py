@@ -144,6 +144,7 @@ def register(app: typer.Typer) -> None:
                 "--template",
                 help="Go text/template for output: {{.UUID}} and {{.Line}} among literal text (use $'...\\n' for a"
                 " newline)",
+                show_default="{{.UUID}},{{.Line}} and a newline",
             ),
         ] = DEFAULT_TEMPLATE,
         max_length: Annotated[
