@@ -24,7 +24,15 @@ from broker.gateway.append import serve_append
 from broker.gateway.codec import Request
 from broker.gateway.connection import TEXT_HEADERS, Connection
 from broker.gateway.read import serve_read
-from broker.gateway.request import BadRequest, BadTarget, Metadata, parse_query, split_target
+from broker.gateway.request import (
+    BadRequest,
+    BadTarget,
+    Metadata,
+    clean_redirect,
+    parse_query,
+    redirect_body,
+    split_target,
+)
 from broker.gateway.responses import EndpointOf
 from broker.protocol import pb_grpc
 
@@ -37,6 +45,17 @@ MAX_AUTHORIZATION_BYTES = 7 << 10
 refuses a call whose metadata exceeds 8 KiB at random, and beyond 16 KiB always (grpc's
 `grpc.max_metadata_size` defaults), and the call's own headers take about 600 bytes of that.
 (Gazette's gRPC server takes up to 16 MiB, so its gateway passes on any header net/http reads.)"""
+
+
+CORS_HEADERS = (
+    ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+    (
+        "Access-Control-Allow-Headers",
+        "Cache-Control, Content-Language, Content-Length, Content-Type, Expires, Last-Modified, Pragma, Authorization",
+    ),
+)
+"""What Gazette's `CORSWrapper` (mainboilerplate/service.go) adds, with `Access-Control-Allow-Origin`,
+to the responses of a request from an allowed origin."""
 
 
 class HeaderTooLarge(Exception):
@@ -55,14 +74,19 @@ class HttpGateway:
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
-        routes: RouteTable | None = None,
+        self, channel: grpc.aio.Channel | None, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
+        routes: RouteTable | None = None, *, debug: bool = True, allow_origins: Sequence[str] = (),
     ) -> None:
-        self.stub: Any = pb_grpc.JournalStub(channel)
-        """What GET, HEAD and PUT call `Read` and `Append` of."""
+        self.stub: Any = pb_grpc.JournalStub(channel) if channel is not None else None
+        """What GET, HEAD and PUT call `Read` and `Append` of; None serves `/debug/` routes only
+        (`--debug.private`'s debug port), answering anything else 404 as Go's ServeMux does."""
         self._ready = ready
         self._endpoint_of = endpoint_of
         self.routes = routes
+        self.debug = debug
+        """Whether `/debug/ready` and `/debug/metrics` are served (not with `--debug.private`)."""
+        self.allow_origins = frozenset(allow_origins)
+        """Origins answered with CORS headers (`--broker.allow-origin`); with any, OPTIONS is answered."""
         self._connections: set[Connection] = set()
 
     def __call__(self, transport: asyncio.Transport, initial: bytes) -> None:
@@ -101,15 +125,31 @@ class HttpGateway:
             await conn.respond(400, TEXT_HEADERS, b"400 Bad Request")
             return
 
-        if path == "/debug/ready":
+        location = clean_redirect(method, request.target.decode("ascii"))
+        if location is not None:
+            headers, body = redirect_body(method, location, "Temporary Redirect")
+            await conn.respond(307, [("Location", location), *headers], body)
+            return
+
+        if self.debug and path == "/debug/ready":
             if self._ready():
                 await conn.respond(200, TEXT_HEADERS, b"ok")
             else:
                 await conn.respond(503, TEXT_HEADERS, b"not ready")
             return
-        if path == "/debug/metrics":
+        if self.debug and path == "/debug/metrics":
             await conn.respond(200, [("Content-Type", CONTENT_TYPE_LATEST)], generate_latest())
             return
+        if self.stub is None:
+            await conn.error(404, "404 page not found")
+            return
+        if self.allow_origins:
+            origin = next((v for k, v in request.headers if k == b"origin"), b"").decode("latin-1")
+            if origin in self.allow_origins:
+                conn.extra_headers = [("Access-Control-Allow-Origin", origin), *CORS_HEADERS]
+            if method == "OPTIONS":
+                await conn.respond(200, [], b"")
+                return
         if self.routes is not None:
             methods = self.routes.methods(path)
             if methods is not None:
