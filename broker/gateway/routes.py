@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -58,6 +59,26 @@ CORS_HEADERS = (
 to the responses of a request from an allowed origin."""
 
 
+@dataclass(frozen=True)
+class DebugConfig:
+    """Where `/debug/ready` and `/debug/metrics` are served: Gazette's `--debug.port` and
+    `--debug.private` (mainboilerplate/diagnostics.go, applied in cmd/gazette/main.go)."""
+
+    port: int | None = None
+    """A port of their own (all of the process's HTTP routes too, unless `private`)."""
+    private: bool = False
+    """Not on the public port: there, `/debug/...` are journal paths like any other."""
+
+    async def serve(self, host: str, gateway: HttpGateway, ready: Callable[[], bool]) -> asyncio.Server | None:
+        """Serve the debug port, if there is one, beside the public port's `gateway`."""
+        if self.port is None:
+            if self.private:
+                log.warning("diagnostics are not served over the public port, and a private port is not configured")
+            return None
+        served = HttpGateway(None, ready) if self.private else gateway
+        return await served.serve(host, self.port)
+
+
 class HeaderTooLarge(Exception):
     """A request header the gateway cannot pass on: answered 431 with this text."""
 
@@ -96,6 +117,11 @@ class HttpGateway:
         connection.connection_made(transport)
         if initial:
             connection.data_received(initial)
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        """Serve HTTP/1.1 on a port of its own (`--debug.port`), beside the listener's connections."""
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(lambda: Connection(self.handle, self._connections), host, port)
 
     async def shut_down(self, grace: float) -> None:
         """Answer no new request: close idle connections now, give requests in progress up to `grace`
