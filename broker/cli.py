@@ -308,6 +308,14 @@ def serve(
             "its spec names (s3://, gs://, azure://: bucket and prefix ignored).",
         ),
     ] = False,
+    auto_suspend: Annotated[
+        bool,
+        typer.Option(
+            "--broker.auto-suspend", envvar="BROKER_AUTO_SUSPEND",
+            help="Automatically suspend journals which have persisted all fragments (after 15 one-minute pulses"
+            " without a route change); the next append resumes them.",
+        ),
+    ] = False,
     allow_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -361,7 +369,7 @@ def serve(
         etcd_port=etcd_port, etcd_peer_port=etcd_peer_port,
         etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir, auth_keys=auth_keys,
         server_tls=server_tls, peer_tls=peer_tls, etcd_tls=etcd_tls,
-        file_only=file_only, debug=debug, allow_origins=tuple(allow_origin or ()),
+        file_only=file_only, auto_suspend=auto_suspend, debug=debug, allow_origins=tuple(allow_origin or ()),
     )
     try:
         asyncio.run(_serve(config))

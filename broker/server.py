@@ -79,6 +79,8 @@ class BrokerConfig:
     auth_keys: str = ""
     """Base64 keys (whitespace or comma separated): with any, every RPC must carry a token they signed."""
     file_only: bool = False
+    auto_suspend: bool = False
+    """Suspend journals whose fragments are all persisted once their route held still (`--broker.auto-suspend`)."""
     """Every fragment store is the `file://` store under `file_root` (`--broker.file-only`)."""
     debug: DebugConfig = field(default_factory=lambda: DebugConfig())
     allow_origins: tuple[str, ...] = ()
@@ -329,7 +331,7 @@ class Broker:
                 )
             )
         )
-        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._handed_off)))
+        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._handed_off, auto_suspend=cfg.auto_suspend)))
         await self.listener.serve()
         # The debug port opens once the public port serves: its /debug/ready then says so too.
         self.debug_server = await cfg.debug.serve(cfg.bind, self.gateway, ready=lambda: not self._stop.is_set())
