@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import socket
@@ -13,6 +14,7 @@ import typer
 
 from broker import logs
 from broker.errors import AuthError, GazetteError
+from broker.gateway import DebugConfig
 from broker.logs import LogFormat
 from broker.protocol import pb
 from broker.protocol.auth import parse_keys
@@ -29,6 +31,7 @@ from broker.protocol.validation import (
     validate_token,
 )
 from broker.server import Broker, BrokerConfig
+from broker.specs.durations import DurationError, parse_duration
 from broker.tls import ServerTLS, TLSFileError, check_client_files
 from broker.tuning import keep_freed_memory, raise_open_file_limit
 
@@ -55,6 +58,49 @@ def _default_state_dir() -> Path:
 
 
 DEFAULT_STATE_DIR = _default_state_dir()
+
+
+def duration_seconds(value: str | float) -> float:
+    """A duration flag's value in seconds: a Go duration (`20s`, `1m30s`, `250ms`), as Gazette's
+    flags take, or a bare number of seconds (`20`, `0.03`), as this project's always did."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = parse_duration(text) / 1e9
+        except DurationError:
+            raise typer.BadParameter(
+                f"{value!r} is not a duration: give a Go duration such as 20s, 1m30s or 250ms, or seconds (20)"
+            ) from None
+    if not math.isfinite(seconds):
+        raise typer.BadParameter(f"{value!r} is not a duration: give a finite one, such as 20s")
+    return seconds
+
+
+DebugPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--debug.port", envvar="DEBUG_PORT", show_default=False,
+        help="Port serving /debug/ready and /debug/metrics (and, unless --debug.private, every other route).",
+    ),
+]
+DebugPrivateOption = Annotated[
+    bool,
+    typer.Option(
+        "--debug.private", envvar="DEBUG_PRIVATE",
+        help="Serve /debug/ready and /debug/metrics only on --debug.port, not on the public port.",
+    ),
+]
+
+
+def debug_config(port: int | None, private: bool) -> DebugConfig:
+    """The --debug.port and --debug.private flags, checked."""
+    if port is not None and not 0 < port < 65536:
+        raise typer.BadParameter(f"must be a port number (1 to 65535), not {port}", param_hint="--debug.port")
+    return DebugConfig(port, private)
 
 
 EtcdCertFileOption = Annotated[
@@ -240,16 +286,45 @@ def serve(
     ] = "/gazette/cluster",
     etcd_lease: Annotated[
         float,
-        typer.Option("--etcd.lease", envvar="ETCD_LEASE_TTL", help="TTL in seconds of the broker's etcd lease."),
+        typer.Option(
+            "--etcd.lease", envvar="ETCD_LEASE_TTL", show_default="20s", parser=duration_seconds, metavar="DURATION",
+            help="TTL of the broker's etcd lease (a Go duration, e.g. 20s, or seconds).",
+        ),
     ] = 20.0,
     watch_delay: Annotated[
         float,
         typer.Option(
-            "--broker.watch-delay", envvar="BROKER_WATCH_DELAY",
-            help="Seconds between two applied batches of etcd watch events, at least: events arriving sooner"
-            " are gathered, and one after a quiet spell applies at once.",
+            "--broker.watch-delay", envvar="BROKER_WATCH_DELAY", show_default="30ms",
+            parser=duration_seconds, metavar="DURATION",
+            help="Least time between two applied batches of etcd watch events (a Go duration, or seconds): events"
+            " arriving sooner are gathered, and one after a quiet spell applies at once.",
         ),
     ] = 0.03,
+    file_only: Annotated[
+        bool,
+        typer.Option(
+            "--broker.file-only", envvar="BROKER_FILE_ONLY",
+            help="Keep every journal's fragments in the file:// store under --broker.file-root, whatever stores "
+            "its spec names (s3://, gs://, azure://: bucket and prefix ignored).",
+        ),
+    ] = False,
+    auto_suspend: Annotated[
+        bool,
+        typer.Option(
+            "--broker.auto-suspend", envvar="BROKER_AUTO_SUSPEND",
+            help="Automatically suspend journals which have persisted all fragments (after 15 one-minute pulses"
+            " without a route change); the next append resumes them.",
+        ),
+    ] = False,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--broker.allow-origin", envvar="BROKER_ALLOW_ORIGIN", show_default=False,
+            help="Origin whose browser requests the HTTP gateway allows (CORS); repeat for more.",
+        ),
+    ] = None,
+    debug_port: DebugPortOption = None,
+    debug_private: DebugPrivateOption = False,
     state_dir: Annotated[
         Path,
         typer.Option(
@@ -270,6 +345,10 @@ def serve(
     if log_level.lower() not in logs.LEVELS:
         raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
                                  param_hint="--log.level")
+    if file_only and not file_root:
+        raise typer.BadParameter("needs --broker.file-root, the directory to keep fragments in",
+                                 param_hint="--broker.file-only")
+    debug = debug_config(debug_port, debug_private)
     broker_id = broker_id or _two_words()
     host = host or socket.gethostname()
     _check_identity(zone, broker_id, f"http://{host}:{port}", limit)
@@ -290,6 +369,7 @@ def serve(
         etcd_port=etcd_port, etcd_peer_port=etcd_peer_port,
         etcd_lease=etcd_lease, watch_delay=watch_delay, state_dir=state_dir, auth_keys=auth_keys,
         server_tls=server_tls, peer_tls=peer_tls, etcd_tls=etcd_tls,
+        file_only=file_only, auto_suspend=auto_suspend, debug=debug, allow_origins=tuple(allow_origin or ()),
     )
     try:
         asyncio.run(_serve(config))

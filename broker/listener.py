@@ -27,6 +27,7 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+TLS_HANDSHAKE_RECORD = 0x16  # The content type of a TLS record that opens a handshake; no HTTP method starts so.
 
 HttpHandler = Callable[[asyncio.Transport, bytes], object]
 """Takes over an HTTP/1.1 connection: it sets its own protocol on the transport and consumes
@@ -188,7 +189,12 @@ class _Sniffer(asyncio.Protocol):
             return  # Dropped in connection_made.
         head = self._head + data
         n = min(len(head), len(HTTP2_PREFACE))
-        if head[:n] != HTTP2_PREFACE[:n]:
+        if head[0] == TLS_HANDSHAKE_RECORD and self._listener.ssl_context is None:
+            # A TLS client of a plain listener: close at once, as Gazette's (no protocol matches), so that
+            # the client fails its handshake now rather than wait for an answer that never comes.
+            log.debug("closing a TLS handshake sent to a plain listener", extra={"peer": self._peer()})
+            self._transport.abort()
+        elif head[:n] != HTTP2_PREFACE[:n]:
             self._head = b""
             self._listener._to_http(self._transport, head)
         elif len(head) >= len(HTTP2_PREFACE):
@@ -196,6 +202,10 @@ class _Sniffer(asyncio.Protocol):
             self._listener._to_grpc(self._transport, head)
         else:
             self._head = head
+
+    def _peer(self) -> str:
+        peer = self._transport.get_extra_info("peername") if self._transport is not None else None
+        return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
     def eof_received(self) -> bool:
         return False  # Closed before it said what it speaks: nothing to serve.

@@ -9,6 +9,11 @@ wait up to a minute to reach its store. A journal is also pulsed as soon as its 
 (or this broker becomes its primary), as Gazette does: the pulse builds the pipeline of the
 new route and syncs its members, so that a member that left is released at once and one that
 joined holds the journal's head before the next client append.
+
+With `--broker.auto-suspend`, a journal whose route held still for STABLE_PULSES_TO_SUSPEND
+periodic pulses is pulsed with SUSPEND_IF_FLUSHED, as Gazette's `broker/replica.go` does: the
+append FSM then suspends it (FULL with no fragments at all, PARTIAL once every fragment is
+persisted) and the allocator frees its replicas; the next client append resumes it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ PULSE_INTERVAL = 60.0
 BOUNDARY_SLACK = 0.05  # Seconds past a flush boundary, so the FSM sees the new window.
 # How often spools are looked at: a fragment that starts after a look is noticed by the next.
 SCAN_INTERVAL = 1.0
+STABLE_PULSES_TO_SUSPEND = 15
+"""Periodic pulses since a journal's route last changed before auto-suspend asks to suspend it: its
+clients have had time to resume it, and this broker to learn of every persisted fragment."""
 
 
 async def _nothing() -> AsyncIterator[bytes]:
@@ -36,11 +44,15 @@ async def _nothing() -> AsyncIterator[bytes]:
     yield b""  # pragma: no cover - makes this an async generator
 
 
-async def pulse(state: BrokerState, journal: str) -> int:
-    """Append zero bytes to `journal` through the append FSM; return the response status."""
-    # NO_RESUME: a pulse must not resume a journal suspended since its last look (an append's
-    # default, SUSPEND_RESUME, would: a race that undid `gazctl journals suspend`).
-    req = pb.AppendRequest(journal=journal, do_not_proxy=True, suspend=pb.AppendRequest.SUSPEND_NO_RESUME)
+async def pulse(
+    state: BrokerState, journal: str, suspend: pb.AppendRequest.Suspend.ValueType = pb.AppendRequest.SUSPEND_NO_RESUME
+) -> int:
+    """Append zero bytes to `journal` through the append FSM; return the response status.
+
+    NO_RESUME by default: a pulse must not resume a journal suspended since its last look (an
+    append's default, SUSPEND_RESUME, would: a race that undid `gazctl journals suspend`).
+    """
+    req = pb.AppendRequest(journal=journal, do_not_proxy=True, suspend=suspend)
     append = Append(state, req)
     await append.prepare()
     if append.response is not None:
@@ -54,15 +66,19 @@ def _next_boundary(first_append_time: float, flush: int) -> float:
     return (int(first_append_time) // flush + 1) * flush + BOUNDARY_SLACK
 
 
-async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
-    """Pulse every journal this broker is primary of, until `stop` is set."""
+async def run_pulses(
+    state: BrokerState, stop: asyncio.Event, *, auto_suspend: bool = False, interval: float = PULSE_INTERVAL
+) -> None:
+    """Pulse every journal this broker is primary of, at least every `interval` seconds, until `stop`
+    is set; with `auto_suspend`, ask to suspend journals whose route held still (module docstring)."""
     last_pulse: dict[str, float] = {}
+    stable: dict[str, int] = {}  # Periodic pulses of each journal since its route last changed.
     pulsed_boundary: dict[str, float] = {}  # Pulse each boundary once, even if no roll follows.
     pulsed_route: dict[str, pb.Route] = {}  # The route of each journal's last pulse.
     running: dict[str, asyncio.Task[int]] = {}
     while not stop.is_set():
         now = time.time()
-        wake = now + SCAN_INTERVAL
+        wake = now + min(SCAN_INTERVAL, interval)
         for name, replica in list(state.resolver.replicas.items()):
             route = state.keyspace.route(name)
             if route.primary < 0 or not same_id(route.members[route.primary], state.resolver.local_id):
@@ -77,13 +93,17 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
             at_boundary = boundary is not None and boundary <= now and pulsed_boundary.get(name) != boundary
             last_route = pulsed_route.get(name)
             new_route = last_route is None or not routes_equivalent(last_route, route)
-            due = at_boundary or new_route or now - last_pulse.get(name, 0.0) >= PULSE_INTERVAL
-            if due and name not in running:
+            periodic = now - last_pulse.get(name, 0.0) >= interval
+            if (at_boundary or new_route or periodic) and name not in running:
                 last_pulse[name] = now
                 pulsed_route[name] = route
                 if at_boundary and boundary is not None:
                     pulsed_boundary[name] = boundary
-                task = asyncio.get_running_loop().create_task(pulse(state, name))
+                stable[name] = 0 if new_route else stable.get(name, 0) + int(periodic)
+                suspend = pb.AppendRequest.SUSPEND_NO_RESUME
+                if auto_suspend and stable[name] >= STABLE_PULSES_TO_SUSPEND:
+                    suspend = pb.AppendRequest.SUSPEND_IF_FLUSHED
+                task = asyncio.get_running_loop().create_task(pulse(state, name, suspend))
                 running[name] = task
                 task.add_done_callback(
                     lambda t, n=name: _pulse_done(running, pulsed_route, n, t)  # type: ignore[misc]
@@ -95,6 +115,7 @@ async def run_pulses(state: BrokerState, stop: asyncio.Event) -> None:
                 del last_pulse[name]
                 pulsed_boundary.pop(name, None)
                 pulsed_route.pop(name, None)
+                stable.pop(name, None)
         await _until_change(state, stop, max(0.05, wake - time.time()))
     for task in list(running.values()):
         task.cancel()

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from broker.gateway import HttpGateway
+from broker.gateway import DebugConfig, HttpGateway
 from broker.gateway.local import LocalJournalStub
 from broker.keyspace import (
     Announcement,
@@ -78,6 +78,13 @@ class BrokerConfig:
     watch_delay: float = 0.03
     auth_keys: str = ""
     """Base64 keys (whitespace or comma separated): with any, every RPC must carry a token they signed."""
+    file_only: bool = False
+    auto_suspend: bool = False
+    """Suspend journals whose fragments are all persisted once their route held still (`--broker.auto-suspend`)."""
+    """Every fragment store is the `file://` store under `file_root` (`--broker.file-only`)."""
+    debug: DebugConfig = field(default_factory=lambda: DebugConfig())
+    allow_origins: tuple[str, ...] = ()
+    """Origins the HTTP gateway answers with CORS headers (`--broker.allow-origin`)."""
     state_dir: Path = field(default_factory=lambda: Path.home() / ".local" / "state" / "gazette")
     server_tls: ServerTLS = field(default_factory=ServerTLS)
     """The public port's certificate, key and client CA (`--broker.server-*`): TLS when set."""
@@ -265,6 +272,7 @@ class Broker:
         self._runtime_dir = tempfile.mkdtemp(prefix="gazette-broker-")
         self.grpc_path = os.path.join(self._runtime_dir, "grpc.sock")
         self.spool_dir = config.state_dir / "spools"
+        self.debug_server: asyncio.Server | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -285,14 +293,18 @@ class Broker:
         self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
-        self.gateway = HttpGateway(self.gateway_channel, ready=lambda: not self._stop.is_set())
+        self.gateway = HttpGateway(
+            self.gateway_channel, ready=lambda: not self._stop.is_set(), debug=not cfg.debug.private,
+            allow_origins=cfg.allow_origins,
+        )
         ssl_context = cfg.server_tls.context() if cfg.server_tls.enabled else None
         self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway, ssl_context=ssl_context)
         await self.listener.start(serve=False)
         cfg.port = self.listener.port
 
         core = BrokerCore(
-            client, cfg.etcd_prefix, self.keyspace, self.local_id, StoreRegistry(cfg.file_root), str(self.spool_dir),
+            client, cfg.etcd_prefix, self.keyspace, self.local_id, StoreRegistry(cfg.file_root, cfg.file_only),
+            str(self.spool_dir),
             max_append_rate=cfg.max_append_rate,
             min_append_rate=cfg.min_append_rate,
             max_replication=cfg.max_replication,
@@ -319,8 +331,10 @@ class Broker:
                 )
             )
         )
-        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._handed_off)))
+        self._tasks.append(asyncio.create_task(run_pulses(self.state, self._handed_off, auto_suspend=cfg.auto_suspend)))
         await self.listener.serve()
+        # The debug port opens once the public port serves: its /debug/ready then says so too.
+        self.debug_server = await cfg.debug.serve(cfg.bind, self.gateway, ready=lambda: not self._stop.is_set())
         log.info(
             "broker serving",
             extra={"endpoint": cfg.endpoint, "zone": cfg.zone, "id": cfg.id, "etcd": self.etcd.endpoint},
@@ -376,6 +390,8 @@ class Broker:
         # as no answer this broker could give would still be its to give.
         grace = 0.0 if lost else STOP_GRACE
         await self.listener.stop_accepting()
+        if self.debug_server is not None:
+            self.debug_server.close()
         await self.gateway.shut_down(grace=grace)
         await asyncio.gather(self.listener.close(grace=grace), self.grpc_server.stop(grace=grace))
         for replica in list(self.resolver.replicas.values()):
@@ -486,6 +502,8 @@ class Broker:
         """Undo a partial start: close whatever was opened, and stop an embedded etcd."""
         self._stop.set()
         self._handed_off.set()
+        if self.debug_server is not None:
+            self.debug_server.close()
         for closer in ("listener", "grpc_server"):
             obj = getattr(self, closer, None)
             if obj is not None:

@@ -115,17 +115,19 @@ def consume(
     watch_delay: Annotated[
         float,
         typer.Option(
-            "--consumer.watch-delay", envvar="CONSUMER_WATCH_DELAY",
-            help="Seconds between two applied batches of etcd watch events, at least: events arriving sooner"
-            " are gathered, and one after a quiet spell applies at once.",
+            "--consumer.watch-delay", envvar="CONSUMER_WATCH_DELAY", show_default="5ms",
+            parser=broker_cli.duration_seconds, metavar="DURATION",
+            help="Least time between two applied batches of etcd watch events (a Go duration, or seconds): events"
+            " arriving sooner are gathered, and one after a quiet spell applies at once.",
         ),
     ] = WATCH_DELAY,
     hints_interval: Annotated[
         float,
         typer.Option(
-            "--consumer.hints-interval", envvar="CONSUMER_HINTS_INTERVAL", min=0.1,
-            help="Seconds between a primary's stores of its recovery log's hints in etcd (which bound what a"
-            " recovering replica replays, and what `gazctl shards prune` may delete).",
+            "--consumer.hints-interval", envvar="CONSUMER_HINTS_INTERVAL", show_default="5m",
+            parser=broker_cli.duration_seconds, metavar="DURATION",
+            help="Time between a primary's stores of its recovery log's hints in etcd, at least 100ms (which bound"
+            " what a recovering replica replays, and what `gazctl shards prune` may delete).",
         ),
     ] = HINTS_INTERVAL,
     broker_address: Annotated[
@@ -238,8 +240,21 @@ def consume(
     ] = "",
     etcd_lease: Annotated[
         float,
-        typer.Option("--etcd.lease", envvar="ETCD_LEASE_TTL", help="TTL in seconds of the consumer's etcd lease."),
+        typer.Option(
+            "--etcd.lease", envvar="ETCD_LEASE_TTL", show_default="20s",
+            parser=broker_cli.duration_seconds, metavar="DURATION",
+            help="TTL of the consumer's etcd lease (a Go duration, e.g. 20s, or seconds).",
+        ),
     ] = 20.0,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--consumer.allow-origin", envvar="CONSUMER_ALLOW_ORIGIN", show_default=False,
+            help="Origin whose browser requests the consumer's HTTP routes allow (CORS); repeat for more.",
+        ),
+    ] = None,
+    debug_port: broker_cli.DebugPortOption = None,
+    debug_private: broker_cli.DebugPrivateOption = False,
     log_level: Annotated[
         str,
         typer.Option("--log.level", envvar="LOG_LEVEL", help="Logging level: debug, info, warn, error."),
@@ -253,6 +268,7 @@ def consume(
     if log_level.lower() not in logs.LEVELS:
         raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
                                  param_hint="--log.level")
+    debug = broker_cli.debug_config(debug_port, debug_private)
     consumer_id = consumer_id or broker_cli._two_words()
     host = host or socket.gethostname()
     _check_identity(zone, consumer_id, f"http://{host}:{port}", limit)
@@ -260,6 +276,10 @@ def consume(
         raise typer.BadParameter(f"must be >= 0, not {max_hot_standbys}", param_hint="--consumer.max-hot-standbys")
     if etcd_lease <= 0:
         raise typer.BadParameter(f"must be > 0, not {etcd_lease:g}", param_hint="--etcd.lease")
+    if hints_interval < 0.1:
+        raise typer.BadParameter(
+            f"must be at least 100ms, not {hints_interval:g}s", param_hint="--consumer.hints-interval"
+        )
     if etcd_prefix and (not etcd_prefix.startswith("/") or etcd_prefix.endswith("/")):
         raise typer.BadParameter(
             f"{etcd_prefix!r} must start with '/' and not end with one", param_hint="--etcd.prefix"
@@ -290,6 +310,7 @@ def consume(
         broker_auth_token=broker_auth_token, broker_auth_keys=broker_auth_keys,
         server_tls=server_tls, peer_tls=TLSFiles(peer_cert_file, peer_cert_key_file, peer_ca_file),
         broker_tls=broker_tls, etcd_tls=TLSFiles(etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file),
+        debug=debug, allow_origins=tuple(allow_origin or ()),
     )
     code = asyncio.run(_consume(config, application_object))
     raise typer.Exit(code)

@@ -43,7 +43,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.client import Credentials, JournalClient, TLSFiles
-from broker.gateway import HttpGateway
+from broker.gateway import DebugConfig, HttpGateway
 from broker.gateway.app_routes import RouteTable
 from broker.keyspace import open_etcd
 from broker.keyspace.etcd import EtcdConnection
@@ -214,6 +214,10 @@ class ConsumerConfig:
     """What it presents to and trusts of `https://` brokers (`--broker.cert-file`...); None: `$BROKER_*`."""
     etcd_tls: TLSFiles = field(default_factory=TLSFiles)
     """TLS files of an `https://` etcd (`--etcd.cert-file`, `--etcd.cert-key-file`, `--etcd.trusted-ca-file`)."""
+    debug: DebugConfig = field(default_factory=lambda: DebugConfig())
+    """`--debug.port` and `--debug.private`."""
+    allow_origins: tuple[str, ...] = ()
+    """Origins the HTTP routes answer with CORS headers (`--consumer.allow-origin`)."""
 
     @property
     def endpoint(self) -> str:
@@ -236,6 +240,7 @@ class ConsumerProcess:
         self.gateway_channel: grpc.aio.Channel | None = None
         self.gateway: HttpGateway | None = None
         self.listener: OnePortListener | None = None
+        self.debug_server: asyncio.Server | None = None
         self.journal_client: JournalClient | None = None
         self.service: ConsumerService | None = None
         self.api: ShardAPI | None = None
@@ -271,7 +276,10 @@ class ConsumerProcess:
         self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
         self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
-        self.gateway = HttpGateway(self.gateway_channel, ready=lambda: self.ready, routes=self.routes)
+        self.gateway = HttpGateway(
+            self.gateway_channel, ready=lambda: self.ready, routes=self.routes, debug=not cfg.debug.private,
+            allow_origins=cfg.allow_origins,
+        )
         ssl_context = cfg.server_tls.context() if cfg.server_tls.enabled else None
         self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway, ssl_context=ssl_context)
         await self.listener.start(serve=False)
@@ -299,6 +307,8 @@ class ConsumerProcess:
         await self.service.start()
         _watch_metrics(self.service)
         await self.listener.serve()
+        # The debug port opens once the public port serves: its /debug/ready then says so too.
+        self.debug_server = await cfg.debug.serve(cfg.bind, self.gateway, ready=lambda: self.ready)
         self._serving = True
         log.info(
             "consumer serving",
@@ -379,6 +389,8 @@ class ConsumerProcess:
         await self._close(grace=None)
 
     async def _close(self, grace: float | None) -> None:
+        if self.debug_server is not None:
+            self.debug_server.close()
         if self.listener is not None:
             await self.listener.stop_accepting()
         if self.gateway is not None:

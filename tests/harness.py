@@ -34,7 +34,7 @@ class BrokerProcess:
 
     def __init__(
         self, tmp: Path, etcd: str | None, prefix: str, *extra: str, broker_id: str = "", port: int | None = None,
-        clock_offset: float = 0.0,
+        clock_offset: float = 0.0, env: dict[str, str] | None = None,
     ) -> None:
         # `port` restarts a broker where a stopped one listened, so clients find it again.
         # `clock_offset` shifts the broker's wall clock by that many seconds (tests/clock_shift.py).
@@ -58,9 +58,9 @@ class BrokerProcess:
         ]
         if etcd:
             args += ["--etcd.address", etcd]
-        env = {k: v for k, v in os.environ.items() if k != "ETCD_ADDRESS"}
+        environ = {k: v for k, v in os.environ.items() if k != "ETCD_ADDRESS"} | (env or {})
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=environ)
 
     @property
     def url(self) -> str:

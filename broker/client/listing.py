@@ -93,8 +93,11 @@ async def watch_journals(
 ) -> AsyncGenerator[pb.ListResponse, None]:
     """Joined snapshots of a watching List, each yielded when the matched set changed.
 
-    Reconnects after transport failures (resuming after the last snapshot's revision); a non-OK
-    status raises its StatusError.
+    A snapshot is read as Gazette's client reads one (`broker/client/list.go`, ReadListResponse):
+    its first response carries the status and header, later ones add journals, and the first
+    response without journals ends it. Which responses carry a header says nothing: Go always
+    encodes an empty one. Reconnects after transport failures and broken streams (resuming after
+    the last snapshot's revision); a non-OK status raises its StatusError.
     """
     resume: pb.Header | None = None
     attempt = 0
@@ -109,18 +112,16 @@ async def watch_journals(
             while True:
                 resp = await call.read()
                 if resp is grpc.aio.EOF:
-                    break  # The broker ended the watch (e.g. it is shutting down): reconnect.
-                if resp.HasField("header"):  # The first page of a snapshot.
+                    if snapshot is None:
+                        attempt = 0  # A clean close between snapshots (e.g. the broker is stopping).
+                    break
+                if snapshot is None:  # The first response of a snapshot.
                     if resp.status != pb.OK:
                         raise status_error(resp.status, response=resp)
                     snapshot = resp
                 elif resp.journals:
-                    if snapshot is None:
-                        raise ProtocolError("List page before the snapshot's first page")
                     snapshot.journals.extend(resp.journals)
-                else:  # An empty page ends the snapshot.
-                    if snapshot is None:
-                        raise ProtocolError("List snapshot end without a snapshot")
+                else:  # The first response without journals ends the snapshot.
                     done, snapshot = snapshot, None
                     if resume is not None and done.header.etcd.revision <= resume.etcd.revision:
                         continue  # Not newer than what we saw before reconnecting.

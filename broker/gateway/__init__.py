@@ -31,7 +31,7 @@ from broker.gateway.responses import (
     EndpointOf,
     route_token,
 )
-from broker.gateway.routes import HttpGateway
+from broker.gateway.routes import DebugConfig, HttpGateway
 
 __all__ = [
     "CLOSE_ERROR_HEADER",
@@ -43,6 +43,7 @@ __all__ = [
     "FRAGMENT_NAME_HEADER",
     "ROUTE_TOKEN_HEADER",
     "WRITE_HEAD_HEADER",
+    "DebugConfig",
     "EndpointOf",
     "HttpGateway",
     "route_token",

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from broker.fragment.sums import sha1sum_hex
+from broker.gateway.codec import BodyError
 from broker.gateway.connection import Connection
 from broker.gateway.local import LocalJournalStub
 from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
@@ -65,16 +66,25 @@ async def serve_append(
         return
 
     resp: pb.AppendResponse | None
+    body = _Body(conn)
     if isinstance(stub, LocalJournalStub):
         try:
-            resp = await stub.append(req, _body(conn), metadata)
+            resp = await stub.append(req, body.chunks(), metadata)
         except grpc.aio.AioRpcError as err:
-            await conn.error(rpc_error_status(err), rpc_error_text(err))
+            if body.error is not None:
+                # As Gazette's gateway: the append is aborted, and the body's error is the answer.
+                await conn.error(500, str(body.error))
+            else:
+                await conn.error(rpc_error_status(err), rpc_error_text(err))
             return
     else:
         call = stub.Append(metadata=metadata)
         try:
-            resp = await _relay_append(conn, req, call)
+            resp = await _relay_append(conn, req, call, body)
+        except BodyError as err:
+            call.cancel()
+            await conn.error(500, str(err))
+            return
         finally:
             call.cancel()  # A no-op once the RPC has ended; otherwise the append rolls back.
     if resp is not None:
@@ -88,20 +98,36 @@ def append_params(query: str) -> None:
         raise BadRequest(multi_error(errors))
 
 
-async def _body(conn: Connection) -> AsyncIterator[bytes]:
-    """The request body as it arrives, in pieces of LANDING_CHUNK to APPEND_CHUNK bytes (the last
-    may be smaller): the broker writes and hashes each while the next one arrives."""
-    while (chunk := await conn.read_body(APPEND_CHUNK, at_least=LANDING_CHUNK)) is not None:
-        yield chunk
+class _Body:
+    """A PUT's request body, read for an append; `error` is why it could not be read to its end
+    (malformed or cut short), once that happened."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.error: BodyError | None = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, in pieces of LANDING_CHUNK to APPEND_CHUNK bytes (the last may be
+        smaller): the broker writes and hashes each while the next one arrives."""
+        while (chunk := await self.read(APPEND_CHUNK, at_least=LANDING_CHUNK)) is not None:
+            yield chunk
+
+    async def read(self, size: int, at_least: int | None = None) -> bytes | None:
+        try:
+            return await self._conn.read_body(size, at_least=at_least)
+        except BodyError as err:
+            self.error = err
+            raise
 
 
 async def _relay_append(
-    conn: Connection, req: pb.AppendRequest, call: grpc.aio.StreamUnaryCall
+    conn: Connection, req: pb.AppendRequest, call: grpc.aio.StreamUnaryCall, body: _Body
 ) -> pb.AppendResponse | None:
-    """Relay the PUT into the Append RPC `call`; its checked response, or None having answered an error."""
+    """Relay the PUT into the Append RPC `call`; its checked response, or None having answered an error.
+    Raises BodyError for a body that cannot be read to its end."""
     sending = await _send(call, req)
     while sending:
-        chunk = await conn.read_body(APPEND_CHUNK)
+        chunk = await body.read(APPEND_CHUNK)
         if chunk is None:
             break
         sending = await _send(call, pb.AppendRequest(content=chunk))

@@ -17,6 +17,7 @@ breaks its own framing, h11.LocalProtocolError.
 
 from __future__ import annotations
 
+import ast
 import enum
 import re
 from collections import deque
@@ -56,6 +57,53 @@ class Marker(enum.Enum):
     """The client closed its side between requests."""
     NOT_PLAIN = "not plain"
     """(PlainCodec only) The next request is not plain: hand the connection to `to_h11()`."""
+
+
+class BodyError(h11.RemoteProtocolError):
+    """A request body that is malformed or cut short; str() is the error Go's net/http gives a
+    handler reading it (`unexpected EOF`, `invalid byte in chunk length`, ...)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, 400)
+
+
+MAX_CHUNK_LINE = 4096
+"""Longest chunk-size line Go's net/http reads (`maxLineLength` of net/http/internal/chunked.go)."""
+_ILLEGAL_CHUNK_HEADER = re.compile(r"illegal chunk header: bytearray\((b(?:'.*'|\".*\"))\)", re.S)
+
+
+def go_body_error(h11_text: str) -> str:
+    """h11's complaint about a request body in the words of Go's net/http (its chunked reader,
+    net/http/internal/chunked.go, or io.ErrUnexpectedEOF for a body cut short)."""
+    if h11_text.startswith("peer closed connection without sending complete message body"):
+        return "unexpected EOF"
+    match = _ILLEGAL_CHUNK_HEADER.fullmatch(h11_text)
+    if match is not None:
+        return go_chunk_line_error(ast.literal_eval(match.group(1)))
+    return "malformed chunked encoding"
+
+
+def go_chunk_line_error(line: bytes) -> str:
+    """The error Go's chunked reader gives a chunk-size line (h11 refused it; `line` is what h11
+    took as the line, through its CRLF): Go reads up to the first LF."""
+    line = line[: line.index(b"\n") + 1] if b"\n" in line else line
+    cr = line.find(b"\r")
+    if cr == -1:
+        return "chunked line ends with bare LF"
+    if cr != len(line) - 2:
+        return "invalid CR in chunked line"
+    size = line[:-2]
+    if len(size) >= MAX_CHUNK_LINE:
+        return "header line too long"
+    size = size.rstrip(b" \t").partition(b";")[0]
+    if not size:
+        return "empty hex number for chunk length"
+    for i, b in enumerate(size):
+        if b not in b"0123456789abcdefABCDEF":
+            return "invalid byte in chunk length"
+        if i == 16:
+            return "http chunk length too large"
+    return "malformed chunked encoding"
 
 
 class Request:
@@ -115,7 +163,13 @@ class H11Codec:
         self._h11.receive_data(data)
 
     def next_event(self) -> Event:
-        event = self._h11.next_event()
+        reading_body = self._h11.their_state is h11.SEND_BODY
+        try:
+            event = self._h11.next_event()
+        except h11.RemoteProtocolError as err:
+            if reading_body:
+                raise BodyError(go_body_error(str(err))) from None
+            raise
         kind = type(event)
         if kind is h11.Data:
             return event.data  # type: ignore[union-attr]
@@ -242,9 +296,7 @@ class PlainCodec:
                 return data
             if self._eof:
                 self.their_state = State.ERROR
-                raise h11.RemoteProtocolError(
-                    f"peer closed connection without sending complete message body: {left} bytes missing"
-                )
+                raise BodyError("unexpected EOF")  # Go's io.ErrUnexpectedEOF.
             return Marker.NEED_DATA
         if self.their_state is State.IDLE:
             return self._next_request()

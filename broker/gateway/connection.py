@@ -67,6 +67,8 @@ class Connection(asyncio.Protocol):
         self._reading_body = False
         self._method = ""
         self.must_close = False
+        self.extra_headers: list[tuple[str, str]] = []
+        """Headers every response to the current request carries (CORS's), set by its route."""
 
     # asyncio.Protocol callbacks.
 
@@ -143,7 +145,7 @@ class Connection(asyncio.Protocol):
         await self._discard_body()
         if self.must_close and not any(name.lower() == "connection" for name, _ in headers):
             headers = [*headers, ("Connection", "close")]
-        all_headers = [("Date", _http_date()), *headers]
+        all_headers = [("Date", _http_date()), *self.extra_headers, *headers]
         encoded = [(name.encode("ascii"), _header_value(value)) for name, value in all_headers]
         self._write(self._codec.send_response(status, _reason(status), encoded))
         method = self._method if self._method in _METHOD_LABELS else "OTHER"
@@ -216,6 +218,7 @@ class Connection(asyncio.Protocol):
     async def _serve_requests(self) -> None:
         while True:
             self._method = ""  # Until a request is parsed: an error reply answers no HEAD.
+            self.extra_headers = []
             try:
                 event = await self._next_event()
                 if not isinstance(event, Request):
@@ -240,6 +243,8 @@ class Connection(asyncio.Protocol):
     async def _discard_body(self) -> None:
         """Read what is left of the request body, unless the response will close the connection."""
         c = self._codec
+        if c.their_state is State.ERROR:
+            self.must_close = True  # A body that was malformed or cut short: nothing more is read.
         if c.their_state is not State.SEND_BODY or self.must_close:
             return
         if not c.waiting_for_100_continue:

@@ -30,6 +30,7 @@ from broker.gateway.responses import (
     rpc_error_status,
     rpc_error_text,
 )
+from broker.gateway.sniff import detect_content_type
 from broker.protocol import pb, pb_grpc
 from broker.protocol.paths import go_quote
 from broker.protocol.validation import ValidationError, validate_read_request, validate_read_response
@@ -148,16 +149,36 @@ async def _relay_read(
         await conn.start_response(206, headers)
         await conn.end_response()
         return
-    await conn.start_response(206, [*headers, ("Trailer", CLOSE_ERROR_HEADER)])
+    head = _Head([*headers, ("Trailer", CLOSE_ERROR_HEADER)])
     offset = first.offset
     if first.content:
-        await conn.send_data(first.content)
+        await head.send(conn, first.content)
         offset += len(first.content)
-    reason = await _copy_content(conn, call, offset)
+    reason = await _copy_content(conn, head, call, offset)
+    await head.send(conn, b"")
     await conn.end_response([(CLOSE_ERROR_HEADER, reason)])
 
 
-async def _copy_content(conn: Connection, call: grpc.aio.UnaryStreamCall, offset: int) -> str:
+class _Head:
+    """A GET's 206 head, sent as Go's net/http sends it: with the first content (whose type then
+    goes in `Content-Type`, as `detect_content_type` sniffs it), or at the read's end, typeless, if
+    it ends with none. Until then the client has nothing, as from Gazette's gateway."""
+
+    def __init__(self, headers: Headers) -> None:
+        self.headers: Headers | None = headers
+
+    async def send(self, conn: Connection, content: bytes) -> None:
+        """Send `content` (none: only the head, if still due), after the head if it is due."""
+        if self.headers is not None:
+            headers, self.headers = self.headers, None
+            if content:
+                headers.append(("Content-Type", detect_content_type(content)))
+            await conn.start_response(206, headers)
+        if content:
+            await conn.send_data(content)
+
+
+async def _copy_content(conn: Connection, head: _Head, call: grpc.aio.UnaryStreamCall, offset: int) -> str:
     """Send content frames to the client until the stream ends; return why it ended."""
     while True:
         try:
@@ -174,7 +195,7 @@ async def _copy_content(conn: Connection, call: grpc.aio.UnaryStreamCall, offset
         if resp.offset > offset:
             return "offset jump"  # A second jump: the client must re-request from the new offset.
         if resp.content:
-            await conn.send_data(resp.content)
+            await head.send(conn, resp.content)
             offset += len(resp.content)
 
 

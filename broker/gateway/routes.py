@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -24,7 +25,15 @@ from broker.gateway.append import serve_append
 from broker.gateway.codec import Request
 from broker.gateway.connection import TEXT_HEADERS, Connection
 from broker.gateway.read import serve_read
-from broker.gateway.request import BadRequest, BadTarget, Metadata, parse_query, split_target
+from broker.gateway.request import (
+    BadRequest,
+    BadTarget,
+    Metadata,
+    clean_redirect,
+    parse_query,
+    redirect_body,
+    split_target,
+)
 from broker.gateway.responses import EndpointOf
 from broker.protocol import pb_grpc
 
@@ -37,6 +46,37 @@ MAX_AUTHORIZATION_BYTES = 7 << 10
 refuses a call whose metadata exceeds 8 KiB at random, and beyond 16 KiB always (grpc's
 `grpc.max_metadata_size` defaults), and the call's own headers take about 600 bytes of that.
 (Gazette's gRPC server takes up to 16 MiB, so its gateway passes on any header net/http reads.)"""
+
+
+CORS_HEADERS = (
+    ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+    (
+        "Access-Control-Allow-Headers",
+        "Cache-Control, Content-Language, Content-Length, Content-Type, Expires, Last-Modified, Pragma, Authorization",
+    ),
+)
+"""What Gazette's `CORSWrapper` (mainboilerplate/service.go) adds, with `Access-Control-Allow-Origin`,
+to the responses of a request from an allowed origin."""
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    """Where `/debug/ready` and `/debug/metrics` are served: Gazette's `--debug.port` and
+    `--debug.private` (mainboilerplate/diagnostics.go, applied in cmd/gazette/main.go)."""
+
+    port: int | None = None
+    """A port of their own (all of the process's HTTP routes too, unless `private`)."""
+    private: bool = False
+    """Not on the public port: there, `/debug/...` are journal paths like any other."""
+
+    async def serve(self, host: str, gateway: HttpGateway, ready: Callable[[], bool]) -> asyncio.Server | None:
+        """Serve the debug port, if there is one, beside the public port's `gateway`."""
+        if self.port is None:
+            if self.private:
+                log.warning("diagnostics are not served over the public port, and a private port is not configured")
+            return None
+        served = HttpGateway(None, ready) if self.private else gateway
+        return await served.serve(host, self.port)
 
 
 class HeaderTooLarge(Exception):
@@ -55,14 +95,19 @@ class HttpGateway:
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
-        routes: RouteTable | None = None,
+        self, channel: grpc.aio.Channel | None, ready: Callable[[], bool], endpoint_of: EndpointOf | None = None,
+        routes: RouteTable | None = None, *, debug: bool = True, allow_origins: Sequence[str] = (),
     ) -> None:
-        self.stub: Any = pb_grpc.JournalStub(channel)
-        """What GET, HEAD and PUT call `Read` and `Append` of."""
+        self.stub: Any = pb_grpc.JournalStub(channel) if channel is not None else None
+        """What GET, HEAD and PUT call `Read` and `Append` of; None serves `/debug/` routes only
+        (`--debug.private`'s debug port), answering anything else 404 as Go's ServeMux does."""
         self._ready = ready
         self._endpoint_of = endpoint_of
         self.routes = routes
+        self.debug = debug
+        """Whether `/debug/ready` and `/debug/metrics` are served (not with `--debug.private`)."""
+        self.allow_origins = frozenset(allow_origins)
+        """Origins answered with CORS headers (`--broker.allow-origin`); with any, OPTIONS is answered."""
         self._connections: set[Connection] = set()
 
     def __call__(self, transport: asyncio.Transport, initial: bytes) -> None:
@@ -72,6 +117,11 @@ class HttpGateway:
         connection.connection_made(transport)
         if initial:
             connection.data_received(initial)
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        """Serve HTTP/1.1 on a port of its own (`--debug.port`), beside the listener's connections."""
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(lambda: Connection(self.handle, self._connections), host, port)
 
     async def shut_down(self, grace: float) -> None:
         """Answer no new request: close idle connections now, give requests in progress up to `grace`
@@ -101,15 +151,31 @@ class HttpGateway:
             await conn.respond(400, TEXT_HEADERS, b"400 Bad Request")
             return
 
-        if path == "/debug/ready":
+        location = clean_redirect(method, request.target.decode("ascii"))
+        if location is not None:
+            headers, body = redirect_body(method, location, "Temporary Redirect")
+            await conn.respond(307, [("Location", location), *headers], body)
+            return
+
+        if self.debug and path == "/debug/ready":
             if self._ready():
                 await conn.respond(200, TEXT_HEADERS, b"ok")
             else:
                 await conn.respond(503, TEXT_HEADERS, b"not ready")
             return
-        if path == "/debug/metrics":
+        if self.debug and path == "/debug/metrics":
             await conn.respond(200, [("Content-Type", CONTENT_TYPE_LATEST)], generate_latest())
             return
+        if self.stub is None:
+            await conn.error(404, "404 page not found")
+            return
+        if self.allow_origins:
+            origin = next((v for k, v in request.headers if k == b"origin"), b"").decode("latin-1")
+            if origin in self.allow_origins:
+                conn.extra_headers = [("Access-Control-Allow-Origin", origin), *CORS_HEADERS]
+            if method == "OPTIONS":
+                await conn.respond(200, [], b"")
+                return
         if self.routes is not None:
             methods = self.routes.methods(path)
             if methods is not None:

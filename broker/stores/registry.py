@@ -11,14 +11,20 @@ from broker.stores.health import StoreHealth
 from broker.stores.memory import MemoryStore
 
 SCHEMES = ("file", "s3", "memory")
+FILE_ONLY_SCHEMES = ("azure", "azure-ad", "file", "gs", "s3")
+"""The stores `--broker.file-only` puts under the file root: those Gazette's broker has providers of."""
 
 
 class StoreRegistry:
     """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`, and `memory://` for tests and
     single-process use) and caches them."""
 
-    def __init__(self, file_root: str = "") -> None:
+    def __init__(self, file_root: str = "", file_only: bool = False) -> None:
         self.file_root = file_root
+        self.file_only = file_only
+        """`--broker.file-only`: every store URL Gazette has a provider for (azure, azure-ad, file, gs,
+        s3) is the `file:///` store under `file_root`, its bucket and prefix ignored, as in Gazette's
+        cmd/gazette/main.go."""
         self._stores: dict[str, FragmentStore] = {}
         self._health: dict[str, StoreHealth] = {}
 
@@ -31,6 +37,10 @@ class StoreRegistry:
 
     def _build(self, url: str) -> FragmentStore:
         scheme = urlparse(url).scheme
+        if self.file_only and scheme in FILE_ONLY_SCHEMES:
+            store = FileStore("file:///", self.file_root)
+            store.url = url  # Fragments still name the journal's store as their backing store.
+            return store
         if scheme == "file":
             return FileStore(url, self.file_root)
         if scheme == "s3":

@@ -317,9 +317,11 @@ def _hint(err: Exception) -> str:
         if "handshake failed" in message:
             return " (TLS: check --broker.trusted-ca-file, --broker.cert-file and --broker.cert-key-file)"
         if "https://" in message and ("socket closed" in message or "connection reset by peer" in message):
-            # (The server's refusal of a handshake without a client certificate arrives as either.)
-            return (" (is a broker listening there? one with --broker.server-ca-file drops clients without"
-                    " --broker.cert-file and --broker.cert-key-file)")
+            # A plain listener closes a TLS handshake at once; a TLS one that requires client certificates
+            # refuses a handshake without one, which arrives as either.
+            return (" (TLS: the broker closed the handshake: if it does not serve TLS there, use its http://"
+                    " address; one with --broker.server-ca-file drops clients without --broker.cert-file and"
+                    " --broker.cert-key-file)")
         return " (is a broker listening there? set --broker.address or $BROKER_ADDRESS)"
     return ""
 

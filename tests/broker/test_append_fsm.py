@@ -24,7 +24,7 @@ from broker.fragment import content_path, sha1sum_from_digest
 from broker.keyspace import put_op, txn
 from broker.pipeline import Pipeline
 from broker.protocol import labels, pb
-from broker.pulse import pulse
+from broker.pulse import STABLE_PULSES_TO_SUSPEND, pulse, run_pulses
 from broker.service import _content_chunks
 from broker.stores.memory import bucket_objects
 from tests.broker.inprocess import InProcessBroker, InProcessCluster, append, content
@@ -648,6 +648,38 @@ async def test_suspend_if_flushed_leaves_a_dirty_journal_alone(
     resp = await append(a, J, b"content", suspend=AS.SUSPEND_IF_FLUSHED)
     assert resp.status == pb.NOT_ALLOWED, "suspend requests carry no content"
     assert fragment_of(a).end == 3 and a.replica(J).spool.delta == 0
+
+
+@pytest.mark.parametrize("auto_suspend", [True, False], ids=["auto-suspend", "off"])
+async def test_pulses_auto_suspend_a_journal_whose_route_held_still(
+    inproc_cluster: InProcessCluster, inproc_pair: Pair, auto_suspend: bool
+) -> None:
+    a, _ = inproc_pair
+    await new_journal(inproc_cluster, a, replication=1)
+    stop = asyncio.Event()
+    interval = 0.02  # Gazette's one-minute health check, shortened.
+    pulses = asyncio.create_task(run_pulses(a.state, stop, auto_suspend=auto_suspend, interval=interval))
+    try:
+        # STABLE_PULSES_TO_SUSPEND periodic pulses (0.3 s here), then SUSPEND_IF_FLUSHED: with no
+        # fragment anywhere, the journal is suspended fully.
+        # Without auto-suspend, three times as many pulses change nothing.
+        waited = WAIT if auto_suspend else 3 * STABLE_PULSES_TO_SUSPEND * interval
+        deadline = asyncio.get_running_loop().time() + waited
+        while asyncio.get_running_loop().time() < deadline:
+            spec, _ = await inproc_cluster.spec(J)
+            if spec.suspend.level != LEVEL.NONE:
+                break
+            await asyncio.sleep(interval)
+    finally:
+        stop.set()
+        await pulses
+    if auto_suspend:
+        assert (spec.suspend.level, spec.suspend.offset) == (LEVEL.FULL, 0)
+        assert (await append(a, J, b"resumed")).status == pb.OK, "an append resumes it"
+        spec, _ = await inproc_cluster.spec(J)
+        assert spec.suspend.level == LEVEL.NONE
+    else:
+        assert spec.suspend.level == LEVEL.NONE, "without --broker.auto-suspend, pulses never suspend"
 
 
 # --- First-write rule -------------------------------------------------------------------------------

@@ -416,8 +416,10 @@ async def test_query_parameters(gateway: Gateway) -> None:
 
 async def test_journal_name_is_validated(gateway: Gateway) -> None:
     port = gateway.port
-    assert_error(await fetch(port, "GET", "/journal//name"), 400, "Journal: must be a clean path (journal//name)")
-    assert_error(await fetch(port, "PUT", "/journal//name"), 400, "Journal: must be a clean path (journal//name)")
+    # `/journal//name` is redirected by the mux (tests/broker/test_gateway_go_http.py); escaped, it reaches the
+    # gateway, whose journal it names.
+    assert_error(await fetch(port, "GET", "/journal%2F%2Fname"), 400, "Journal: must be a clean path (journal//name)")
+    assert_error(await fetch(port, "PUT", "/journal%2F%2Fname"), 400, "Journal: must be a clean path (journal//name)")
     # The path is percent-decoded first.
     decoded = await fetch(port, "GET", "/a%2Fjournal")
     assert decoded.status == 206 or decoded.status == 416

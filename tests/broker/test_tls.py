@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import ssl
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import pytest
 from broker.client import AppendService, Credentials, JournalClient, Reader, TransportError, append, list_journals
 from broker.protocol import pb
 from broker.tls import client_context
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl
+from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl, serving_broker
 from tests.tls_certs import PKI, TLSBroker, TLSEtcd, make_pki
 
 PREFIX = f"tls-{uuid.uuid4().hex[:8]}/"
@@ -202,6 +203,22 @@ def test_plain_text_to_a_tls_port_fails_cleanly(brokers: list[TLSBroker]) -> Non
     one_line_error(done)
     # Checked in the fixture's teardown too: nothing above info, no traceback.
     assert "Traceback" not in broker.logs()
+
+
+def test_tls_to_a_plain_broker_fails_at_once(etcd_endpoint: str, tmp_path: Path) -> None:
+    # The plain listener closes a TLS handshake (as Gazette's, whose listener matches no protocol to
+    # it), rather than wait for an HTTP request line; gRPC's own handshake deadline is 20 s.
+    with serving_broker(tmp_path, etcd_endpoint) as plain:
+        address = f"https://127.0.0.1:{plain.port}"
+        done = run_gazctl(None, "journals", "list", env={"BROKER_ADDRESS": address}, timeout=15)
+        error = one_line_error(done, address, "http://", "handshake")
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with socket.create_connection(("127.0.0.1", plain.port), timeout=15) as raw:
+                ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")
+        # The broker still serves plain requests.
+        assert urllib.request.urlopen(f"{plain.url}/debug/ready", timeout=10).status == 200
+    assert "Traceback" not in plain.logs(), error
 
 
 @pytest.mark.parametrize(

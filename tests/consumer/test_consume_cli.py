@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -237,6 +240,36 @@ async def until_logged(logs: Callable[[], str], text: str, timeout: float = WAIT
         await asyncio.sleep(0.05)
 
 
+async def test_gazette_flags_durations_debug_port_and_cors(
+    broker: BrokerProcess, etcd_endpoint: str, etcd_client: Any, tmp_path: Path
+) -> None:
+    """Gazette's runconsumer flags: Go durations (flag and environment), `--debug.port` with
+    `--debug.private`, and `--consumer.allow-origin` answering a CORS preflight."""
+    db = tmp_path / "counts.db"
+    create_tables(db)
+    debug_port, origin = free_port(), "https://reader.example"
+    proc = ConsumerProcess(
+        tmp_path, broker, etcd_endpoint, f"/test/{uuid.uuid4().hex}", db, "cons-flags",
+        "--etcd.lease", "1m30s", "--debug.port", str(debug_port), "--debug.private",
+        "--consumer.allow-origin", origin, env={"CONSUMER_WATCH_DELAY": "30ms", "CONSUMER_HINTS_INTERVAL": "1m"},
+    )
+    try:
+        await asyncio.to_thread(
+            wait_http_ready, "consumer", f"http://127.0.0.1:{debug_port}", proc.proc, proc.logs
+        )
+        lease = re.search(r"under lease ([0-9a-f]+)", proc.logs())
+        assert lease is not None, proc.logs()
+        assert (await etcd_client.get_lease_info(int(lease.group(1), 16))).grantedTTL == 90
+        with pytest.raises(urllib.error.HTTPError):  # Not the debug route on the public port.
+            urllib.request.urlopen(f"{proc.url}/debug/ready", timeout=5)
+        preflight = urllib.request.Request(f"{proc.url}/some/route", method="OPTIONS", headers={"Origin": origin})
+        with urllib.request.urlopen(preflight, timeout=5) as resp:
+            assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == origin
+    finally:
+        rc = await asyncio.to_thread(proc.stop)
+    assert rc == 0, proc.logs()
+
+
 # -- errors ---------------------------------------------------------------------------------------
 
 
@@ -265,6 +298,10 @@ def test_bad_application_is_one_line_error(spec: str, expected: list[str]) -> No
         (["--log.level", "loud"], ["--log.level", "unknown level"]),
         (["--etcd.prefix", "relative"], ["--etcd.prefix"]),
         (["--no-such-flag"], ["No such option: --no-such-flag"]),
+        (["--etcd.lease", "5x"], ["--etcd.lease", "give a Go duration such as 20s, 1m30s or 250ms, or seconds"]),
+        (["--consumer.watch-delay", "fast"], ["--consumer.watch-delay", "is not a duration"]),
+        (["--consumer.hints-interval", "10ms"], ["--consumer.hints-interval", "at least 100ms"]),
+        (["--debug.port", "70000"], ["--debug.port", "must be a port number"]),
     ],
 )
 def test_bad_flags_are_one_line_errors(args: list[str], expected: list[str]) -> None:

@@ -537,6 +537,11 @@ def exchange(port: int, wire: Wire, timeout: float) -> Exchange:
 
 
 STATUS_NAMES = frozenset(f"{name}\n".encode() for name in pb.Status.keys())
+GO_BODY_ERRORS = frozenset(f"{text}\n".encode() for text in (
+    "unexpected EOF", "malformed chunked encoding", "invalid byte in chunk length",
+    "empty hex number for chunk length", "http chunk length too large", "chunked line ends with bare LF",
+    "invalid CR in chunked line", "header line too long",
+))
 
 
 def problems(wire: Wire, ex: Exchange) -> list[str]:
@@ -571,7 +576,8 @@ def _gazettes_5xx(resp: Response, item: Item | None) -> bool:
     if resp.status == 503:
         return resp.body in (b"not ready", b"INSUFFICIENT_JOURNAL_BROKERS\n")
     if resp.status == 500 and item is not None and item.method == "PUT":
-        return resp.body in STATUS_NAMES or resp.body == b"expected Request.Journal\n"  # Any failed append.
+        # Any failed append, or a body Go's net/http could not read (its error text is the answer).
+        return resp.body in STATUS_NAMES or resp.body in GO_BODY_ERRORS or resp.body == b"expected Request.Journal\n"
     return False
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
+import grpc
 import pytest
 
 from broker.client import (
@@ -22,6 +24,7 @@ from broker.client import (
     list_fragments,
     list_journals,
     upsert,
+    watch_journals,
 )
 from broker.client import sync as client_sync
 from broker.protocol import pb
@@ -132,3 +135,114 @@ async def test_journal_watcher_reports_added_and_removed(client: JournalClient, 
     finally:
         await changes.aclose()
     await wait_for_primary(client, added.name)
+
+
+# Gazette's broker, as grpc-go encodes its watch (`broker/list_apply_api.go`): `header` is not
+# nullable, so every response carries one, empty after the first, and a response with no journals
+# ends each snapshot.
+GO_EMPTY_HEADER = bytes.fromhex("12060a0012001a00")
+
+
+def _go_list_response(journals: list[pb.ListResponse.Journal], revision: int = 0) -> bytes:
+    if revision:  # The first response of a snapshot: an unrouted header (primary -1), status OK omitted.
+        header = pb.Header(
+            process_id=pb.ProcessSpec.ID(zone="go", suffix="gazette"),
+            route=pb.Route(primary=-1),
+            etcd=pb.Header.Etcd(cluster_id=1, member_id=2, revision=revision, raft_term=3),
+        ).SerializeToString()
+        encoded = b"\x12" + _varint(len(header)) + header
+    else:
+        encoded = GO_EMPTY_HEADER
+    for journal in journals:
+        body = journal.SerializeToString()
+        encoded += b"\x1a" + _varint(len(body)) + body
+    return encoded
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _go_journal(name: str, revision: int) -> pb.ListResponse.Journal:
+    return pb.ListResponse.Journal(
+        spec=journal_spec(name, topic="go"), mod_revision=revision, create_revision=revision,
+        route=pb.Route(members=[pb.ProcessSpec.ID(zone="go", suffix="gazette")], primary=0),
+    )
+
+
+@pytest.fixture
+async def go_watch() -> AsyncIterator[tuple[str, list[pb.ListRequest], asyncio.Queue[list[bytes]]]]:
+    """A List endpoint streaming, as Gazette's broker, the snapshots put on its queue (raw responses)."""
+    requests: list[pb.ListRequest] = []
+    snapshots: asyncio.Queue[list[bytes]] = asyncio.Queue()
+
+    async def list_(request: pb.ListRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        requests.append(request)
+        while True:
+            for response in await snapshots.get():
+                yield response
+
+    handler = grpc.method_handlers_generic_handler("protocol.Journal", {
+        "List": grpc.unary_stream_rpc_method_handler(list_, request_deserializer=pb.ListRequest.FromString),
+    })
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield f"http://127.0.0.1:{port}", requests, snapshots
+    await server.stop(None)
+
+
+async def test_watch_reads_snapshots_as_gazette_encodes_them(
+    go_watch: tuple[str, list[pb.ListRequest], asyncio.Queue[list[bytes]]],
+) -> None:
+    endpoint, requests, snapshots = go_watch
+    assert _go_list_response([]) == GO_EMPTY_HEADER  # The end of a snapshot, byte for byte as Go sends it.
+    names = [f"go/watch/{i:02d}" for i in range(30)]
+    journals = [_go_journal(name, 5) for name in names]
+    # 30 journals: pages of 25 and 5 (the second with Go's empty header), then the end.
+    snapshots.put_nowait([
+        _go_list_response(journals[:25], revision=10), _go_list_response(journals[25:]), GO_EMPTY_HEADER,
+    ])
+    async with JournalClient(endpoint, route_cache=False) as client:
+        watcher = JournalWatcher(client, selector(topic="go"))
+        changes = watcher.changes()
+        try:
+            initial = await next_change(changes, timeout=10)
+            assert sorted(initial.journals) == names and initial.added == set(names)
+            assert initial.revision == 10  # The first response's header, not a later page's empty one.
+
+            # One journal fewer: a snapshot whose only page holds the journals, then the end.
+            snapshots.put_nowait([_go_list_response(journals[1:], revision=12), GO_EMPTY_HEADER])
+            change = await next_change(changes, timeout=10)
+            assert change.removed == {names[0]} and not change.added and change.revision == 12
+
+            # None match now: Go sends the header alone, then the end.
+            snapshots.put_nowait([_go_list_response([], revision=13), GO_EMPTY_HEADER])
+            change = await next_change(changes, timeout=10)
+            assert change.removed == set(names[1:]) and change.journals == {}
+        finally:
+            await changes.aclose()
+    assert len(requests) == 1 and requests[0].watch and not requests[0].HasField("watch_resume")
+
+
+async def test_watch_of_our_broker_joins_pages(client: JournalClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    specs = [journal_spec(f"client/watch-pages/{tag}/{i:02d}", topic=tag) for i in range(30)]
+    await apply_journals(client, [upsert(s) for s in specs])
+    snapshots = watch_journals(client, selector(topic=tag))
+    try:
+        first = await asyncio.wait_for(anext(snapshots), 30)
+        assert [j.spec.name for j in first.journals] == [s.name for s in specs]  # Two pages, joined.
+        await apply_journals(client, [delete(specs[0].name)])
+        second = await asyncio.wait_for(anext(snapshots), 30)
+        assert [j.spec.name for j in second.journals] == [s.name for s in specs[1:]]
+        assert second.header.etcd.revision > first.header.etcd.revision
+    finally:
+        await snapshots.aclose()
+    await apply_journals(client, [delete(s.name) for s in specs[1:]])
