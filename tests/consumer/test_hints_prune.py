@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,57 @@ async def test_gazettes_prune_rule_over_a_shards_hints_and_the_pruned_log_recove
         assert recovered["state"] == counts(*keys)
         await cluster.stat_through(stub, await publish(appender, cluster.source, "after"))
         await cluster.wait_committed(counts(*keys, "after"))
+
+
+async def test_get_hints_fields_are_gazettes(cluster: Cluster, etcd_client: Any) -> None:
+    """GetHints of a real `gazette consume`, field by field as Gazette's ShardGetHints answers
+    (consumer/shard_api.go): status, an unrouted header, primary_hints always on the wire (its
+    hints unset where the key is empty), one backup_hints entry per backup key, no extension."""
+    await cluster.start("hints-a")
+    channel, stub = cluster.stub("hints-a")
+    raw_call = channel.unary_unary("/consumer.Shard/GetHints", request_serializer=None, response_deserializer=None)
+
+    async def get(shard: str) -> cpb.GetHintsResponse:
+        raw = await raw_call(cpb.GetHintsRequest(shard=shard).SerializeToString(), timeout=recovery.WAIT)
+        resp = cpb.GetHintsResponse.FromString(raw)
+        assert resp.HasField("primary_hints"), f"primary_hints is non-nullable in Gazette: {raw.hex()}"
+        assert resp.extension == b""
+        listed = await stub.List(cpb.ListRequest(), timeout=recovery.WAIT)
+        assert resp.header.process_id == listed.header.process_id and resp.header.process_id.suffix == "hints-a"
+        assert resp.header.route.primary == -1 and not resp.header.route.members
+        assert resp.header.etcd.cluster_id and resp.header.etcd.member_id and resp.header.etcd.revision > 0
+        return resp
+
+    async with channel:
+        # An unknown shard, and a malformed ID (Gazette validates no GetHintsRequest): not found.
+        for shard in ("no-such-shard", "x"):
+            resp = await get(shard)
+            assert resp.status == cpb.SHARD_NOT_FOUND and not resp.primary_hints.HasField("hints")
+            assert not resp.backup_hints
+        # No hints stored yet (a disabled shard is never assigned): every slot empty.
+        spec = cluster.spec(0)
+        spec.disable = True
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=spec)]))).status == cpb.OK
+        resp = await get(cluster.shard)
+        assert resp.status == cpb.OK and not resp.primary_hints.HasField("hints")
+        assert len(resp.backup_hints) == 2 and not any(b.HasField("hints") for b in resp.backup_hints)
+        # Primary hints only (stored by Apply), without backup keys.
+        hints = FSMHints(log=cluster.recovery_log)
+        hints.live_nodes.add(fnode=1).segments.add(author=7, first_seq_no=1, last_seq_no=3, first_offset=0,
+                                                   last_offset=120)
+        spec.hint_backups = 0
+        change = cpb.ApplyRequest.Change(upsert=spec, expect_mod_revision=-1, primary_hints=hints)
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[change]))).status == cpb.OK
+        resp = await get(cluster.shard)
+        assert resp.primary_hints.hints == hints and list(resp.backup_hints) == []
+        # Backups: the shard, enabled without primary hints, recovers its empty log, storing the
+        # recovered hints (its log, no live files) at backup.0; backup.1 stays empty.
+        await etcd_client.delete(f"{spec.hint_prefix}/{spec.id}.primary".encode())
+        spec.disable, spec.hint_backups = False, 2
+        change = cpb.ApplyRequest.Change(upsert=spec, expect_mod_revision=-1)
+        assert (await stub.Apply(cpb.ApplyRequest(changes=[change]))).status == cpb.OK
+        await cluster.wait_statuses(stub, {Code.PRIMARY: 1})
+        resp = await get(cluster.shard)
+        assert not resp.primary_hints.HasField("hints")
+        [b0, b1] = resp.backup_hints
+        assert b0.hints == FSMHints(log=cluster.recovery_log) and not b1.HasField("hints")
