@@ -14,7 +14,6 @@ import pytest
 
 from broker.client import AppendService, JournalClient
 from broker.errors import GazetteError
-from consumer.protocol import pb as cpb
 from consumer.recoverylog import FSM, FSMHints, Player, Recorder
 from consumer.stores import ForeignStoreError, JSONFileStore, SQLiteStore
 from consumer.stores.layout import (
@@ -153,12 +152,7 @@ async def test_a_consume_shard_on_a_gazette_store_log_fails_naming_it(
 ) -> None:
     await record_gazette_log(tmp_path, cluster.recovery_log, appender, kind)
     cluster.store = store
-    await cluster.start("foreign-a")
-    channel, stub = cluster.stub("foreign-a")
-    async with channel:
-        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
-        assert applied.status == cpb.OK
-        [error] = (await cluster.wait_failed(stub)).errors
+    error = await cluster.fail_on_start("foreign-a")
     assert f"Gazette's {kind}" in error and cluster.recovery_log in error and "offset" in error, error
     assert "new recovery log" in error and cluster.state("recovered") is None, error
     assert "Traceback" not in cluster.consumers["foreign-a"].logs()
