@@ -21,11 +21,14 @@
   reports which shards would be unassigned.
 - **GetHints**: the primary and backup FSMHints stored in etcd under the shard's hint keys
   (`consumer.recoverylog.fetch_hints`: JSON or proto, each validated as an FSM of the shard's
-  recovery log; an invalid one ends the RPC with FAILED_PRECONDITION naming its key); absent keys
-  give empty hints. A primary stores recorded hints at `.primary` (periodically, and when it stops
-  cleanly), and each recovery stores its hints at `.backup.0`, rotating older backups.
+  recovery log; an invalid one ends the RPC with FAILED_PRECONDITION naming its key, where
+  Gazette's ends with UNKNOWN); absent keys give empty hints, `primary_hints` always being on the
+  wire and `backup_hints` one per backup key, as Gazette's. A primary stores recorded hints at
+  `.primary` (periodically, and when it stops cleanly), and each recovery stores its hints at
+  `.backup.0`, rotating older backups. As Gazette's, GetHints does not validate its request: a
+  malformed shard ID answers SHARD_NOT_FOUND.
 
-Invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
+Other invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
 the broker's (`broker.rpc_decoding.tolerant`).
 
 With auth keys (`--consumer.auth-keys`), every RPC first verifies its token (UNAUTHENTICATED
@@ -55,7 +58,6 @@ from consumer.protocol import pb, pb_grpc
 from consumer.protocol.shard_spec import hint_primary_key, label_set_ext
 from consumer.protocol.validation import (
     validate_apply_request,
-    validate_get_hints_request,
     validate_list_request,
     validate_stat_request,
     validate_unassign_request,
@@ -338,14 +340,14 @@ class ShardAPI(pb_grpc.ShardServicer):
 
     async def GetHints(self, request: pb.GetHintsRequest, context: grpc.aio.ServicerContext) -> pb.GetHintsResponse:
         claims = await verify_call(self.auth, context, Capability.READ)
-        try:
-            validate_get_hints_request(request)
-        except ValidationError as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        # Gazette's ShardGetHints does not validate the request: a malformed ID is not found.
+        # primary_hints is non-nullable there, so always on the wire (empty when the key is).
         header = self._unrouted_header()
         item = self.service.keyspace.items.get(request.shard)
         if item is None or not authorized(claims, label_set_ext(item.spec)):
-            return pb.GetHintsResponse(status=pb.SHARD_NOT_FOUND, header=header)
+            return pb.GetHintsResponse(
+                status=pb.SHARD_NOT_FOUND, header=header, primary_hints=pb.GetHintsResponse.ResponseHints()
+            )
         try:
             fetched = await fetch_hints(self.service.etcd, item.spec)
         except HintsError as exc:

@@ -6,6 +6,10 @@ largest of overlapping ones), so smaller duplicates stay until a later prune. A 
 (unset) retains indefinitely, as the JournalSpec documents: Gazette's gazctl instead prunes
 every persisted fragment of such a journal, which deletes its only long-term copy. Deletion
 goes through the fragment's store itself.
+
+Recovery logs (`shards prune`) follow Gazette's rule exactly (`HintedLogs`, `prunable_fragments`):
+a fragment is pruned when it overlaps no live segment of any selected shard's hints, and a log is
+left whole when any shard using it lacks a hint slot with live files.
 """
 
 from __future__ import annotations
@@ -156,35 +160,100 @@ async def all_fragments(client: JournalClient, request: pb.FragmentsRequest) -> 
         request.next_page_token = resp.next_page_token
 
 
-def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: Sequence[FSMHints]) -> JournalPrune:
-    """The persisted fragments of recovery log `journal` that no live file of any of `hint_sets`
-    (a shard's primary and backup hints) has data in: its Player never reads them (reference 6.6).
+@dataclass
+class HintedLogs:
+    """Gazette's `gazctl shards prune` rule (`cmd/gazctl/gazctlcmd/shards_prune.go`), folded over the
+    selected shards' hints: the live segments of each recovery log, and the logs to leave whole.
 
-    Each set's last segment is taken as unbounded (the log's live tail). A fragment overlaps a
-    segment when `seg.first_offset < frag.end` and `seg.last_offset > frag.begin` (0 meaning
-    unbounded). Unpersisted fragments (in brokers' spools only) are kept.
+    `add_shard` walks a shard's backup hints, then its primary hints (GetHints' order), folding the
+    live segments of each into `segments` under each segment's own log, until one is missing or
+    has no live files: the shard's recovery log is then skipped (`skipped`), whatever other shards
+    hint of it. A journal that got segments and was skipped is one Gazette warns of ("skipping
+    journal because a shard is missing hints that cover it or has unhealthy store"); a shard whose
+    first backup is already missing or empty adds no segments, so Gazette skips its log silently.
     """
-    from consumer.recoverylog import live_log_segments  # Only `shards prune` needs the recovery log.
 
-    segments: list[tuple[int, int]] = []
-    for hints in hint_sets:
-        _, live = live_log_segments(hints)
-        ordered = list(live)
-        for i, seg in enumerate(ordered):
-            if seg.log == journal:
-                segments.append((seg.first_offset, 0 if i == len(ordered) - 1 else seg.last_offset))
+    segments: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per journal: the (first_offset, last_offset) of every hinted live segment, the last segment
+    of each hint set unbounded (last_offset 0): playback reads on past it."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Per recovery log left whole: why (the first shard's reason)."""
+
+    def skip(self, journal: str, why: str) -> None:
+        """Leave `journal` whole (e.g. its fragment stores are unhealthy)."""
+        self.skipped.setdefault(journal, why)
+
+    def add_shard(
+        self, shard: str, recovery_log: str, primary: FSMHints | None, backups: Sequence[FSMHints | None]
+    ) -> str | None:
+        """Fold one shard's hints; returns why its recovery log must be left whole, or None.
+        GazctlError for hints whose segments are inconsistent (Gazette exits on those)."""
+        from consumer.recoverylog import RecoveryLogError, live_log_segments
+
+        for hints in (*backups, primary):
+            if hints is None or not hints.live_nodes:
+                reason = "hints have no live files" if hints is not None else (
+                    "has not written all hints required for pruning")
+                self.skip(recovery_log, f"shard {shard} {reason}")
+                return reason
+            try:
+                _, live = live_log_segments(hints)
+            except RecoveryLogError as err:
+                raise GazctlError(f"shard {shard}: unable to fetch hint segments: {err}") from None
+            ordered = list(live)
+            for i, seg in enumerate(ordered):
+                last = 0 if i == len(ordered) - 1 else seg.last_offset
+                self.segments.setdefault(seg.log, []).append((seg.first_offset, last))
+        return None
+
+    def warned(self) -> list[str]:
+        """The journals Gazette's prune warns it skips: hinted by a shard, and left whole."""
+        return sorted(j for j in self.segments if j in self.skipped)
+
+    def prunable(self) -> list[str]:
+        """The journals whose fragments are checked against their segments, in order."""
+        return sorted(j for j in self.segments if j not in self.skipped)
+
+
+def overlaps_any_segment(segments: Sequence[tuple[int, int]], spec: pb.Fragment) -> bool:
+    """Whether the fragment overlaps a (first_offset, last_offset) segment, 0 being unbounded, as
+    Gazette's overlapsAnySegment; with no segments at all, every fragment is kept."""
+    if not segments:
+        return True
+    return any((first < spec.end or spec.end == 0) and (last > spec.begin or last == 0) for first, last in segments)
+
+
+def prunable_fragments(
+    journal: str, listed: Iterable[pb.Fragment], segments: Sequence[tuple[int, int]]
+) -> JournalPrune:
+    """The fragments of recovery log `journal` that overlap none of its hinted `segments` (see
+    `HintedLogs`). A fragment overlapping none that was never persisted (mod_time 0) means the
+    selector left out a shard using this log: GazctlError, as Gazette exits then."""
     out = JournalPrune(journal, stats=PruneStats(journals=1))
     for spec in listed:
         size = spec.end - spec.begin
         out.stats.fragments_total += 1
         out.stats.bytes_total += size
-        if any(first < spec.end and (last == 0 or last > spec.begin) for first, last in segments):
+        if overlaps_any_segment(segments, spec):
             continue
-        if not spec.backing_store:
-            continue  # Not yet persisted: it lives only in brokers' spools.
         if spec.mod_time == 0:
-            raise GazctlError(f"fragment {content_name(spec)} of {journal} has a store but was never persisted")
+            raise GazctlError(
+                f"fragment {content_name(spec)} of {journal} was never persisted and overlaps no hinted segment:"
+                " the selector does not include every shard using this log"
+            )
         out.aged.append(spec)
         out.stats.fragments_pruned += 1
         out.stats.bytes_pruned += size
     return out
+
+
+def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: Sequence[FSMHints]) -> JournalPrune:
+    """The fragments of recovery log `journal` that no live file of any of `hint_sets` (a shard's
+    primary and backup hints, each with live files) has data in: its Player never reads them
+    (reference 6.6). Gazette's rule for one shard: `HintedLogs` folds the sets, and
+    `prunable_fragments` applies their segments of `journal`."""
+    hinted = HintedLogs()
+    for i, hints in enumerate(hint_sets):
+        hinted.add_shard(f"hint set {i}", journal, hints, ())
+    segments = [] if journal in hinted.skipped else hinted.segments.get(journal, [])
+    return prunable_fragments(journal, listed, segments)

@@ -8,7 +8,13 @@ recovery log (and fenced by the log's author register): `JSONFileStore` (a small
 `SQLiteStore` (a SQLite database recorded through an apsw VFS, `RecordedVFS`).
 """
 
-from consumer.stores.errors import FenceError, StoreClosedError, StoreDependencyError, StoreError
+from consumer.stores.errors import (
+    FenceError,
+    ForeignStoreError,
+    StoreClosedError,
+    StoreDependencyError,
+    StoreError,
+)
 from consumer.stores.json_file import JSONFileStore, checkpoint_from_json, checkpoint_to_json
 from consumer.stores.sql import CHECKPOINT_TABLE, SQLResult, SQLStore, SQLTransaction, create_checkpoint_table
 from consumer.stores.sqlite_vfs import RecordedVFS, SQLiteStore
@@ -16,6 +22,7 @@ from consumer.stores.sqlite_vfs import RecordedVFS, SQLiteStore
 __all__ = [
     "CHECKPOINT_TABLE",
     "FenceError",
+    "ForeignStoreError",
     "JSONFileStore",
     "RecordedVFS",
     "SQLResult",

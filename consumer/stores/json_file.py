@@ -67,6 +67,7 @@ from consumer.recoverylog.errors import RecoveryLogError
 from consumer.recoverylog.recorder import FileRecorder, Recorder
 from consumer.store import OpFuture
 from consumer.stores.errors import FenceError, StoreClosedError, StoreDependencyError, StoreError
+from consumer.stores.layout import check_recorded_layout
 
 if TYPE_CHECKING:
     from consumer.shard import Shard
@@ -242,9 +243,11 @@ class JSONFileStore(Generic[S]):
     ) -> None:
         """A store of `recorder`'s directory. `state` is the initial state, replaced by the one of
         `state.json` if it exists (decoded by `decode`; a dataclass `state` decodes from its
-        fields by default). Raises StoreError if `state.json` does not decode."""
+        fields by default). Raises StoreError if `state.json` does not decode, ForeignStoreError if
+        the directory holds another store's files (`consumer.stores.layout`)."""
         if recorder is None:
             raise StoreError("JSONFileStore needs a recovery log: the shard's spec has no recovery_log_prefix")
+        check_recorded_layout(recorder, "a JSONFileStore", lambda p: p in (f"/{STATE_FILE}", f"/{NEXT_FILE}"))
         default_encode, default_decode = _default_codec(state)
         self.recorder = recorder
         self.dir = recorder.dir

@@ -116,6 +116,7 @@ from consumer.recoverylog.recorder import Recorder
 from consumer.store import OpFuture
 from consumer.stores.errors import StoreClosedError, StoreError
 from consumer.stores.json_file import await_recorded_commit, commit_error, failed_future
+from consumer.stores.layout import check_recorded_layout
 
 if TYPE_CHECKING:
     from consumer.shard import Shard
@@ -396,14 +397,17 @@ class SQLiteStore:
 
         `compact_after`: compact the database (`request_compaction`) at the first commit after
         this many bytes of database-file writes were recorded (since it was opened, or last
-        compacted); a few times the database's size is a good value. None: only on request."""
+        compacted); a few times the database's size is a good value. None: only on request.
+        ForeignStoreError if the directory holds another store's files (`consumer.stores.layout`)."""
         if recorder is None:
             raise StoreError("SQLiteStore needs a recovery log: the shard's spec has no recovery_log_prefix")
         mode = journal_mode.upper()
         if mode not in JOURNAL_MODES:
             raise StoreError(f"journal_mode {journal_mode!r} is not one of {sorted(JOURNAL_MODES)}")
         full = os.path.join(recorder.dir, path)
-        recorder.normalize_path(full)  # Raises if `path` escapes the directory.
+        db = recorder.normalize_path(full)  # Raises if `path` escapes the directory.
+        own = (db, db + COMPACT_SUFFIX)
+        check_recorded_layout(recorder, "a SQLiteStore", lambda p: p in own or p.startswith(db + "-"))
         _remove_stale(recorder, full + COMPACT_SUFFIX)
         vfs = RecordedVFS(recorder)
         try:

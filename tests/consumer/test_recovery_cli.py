@@ -176,6 +176,16 @@ class Cluster:
             assert loop.time() < deadline, f"{status}\n{self.all_logs()}"
             await asyncio.sleep(0.05)
 
+    async def fail_on_start(self, member: str) -> str:
+        """Start `member`, apply the shard (no standbys) and return the error of its FAILED primary."""
+        await self.start(member)
+        channel, stub = self.stub(member)
+        async with channel:
+            applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=self.spec(0))]))
+            assert applied.status == cpb.OK
+            [error] = (await self.wait_failed(stub)).errors
+        return error
+
     def primary_of(self, statuses: dict[str, tuple[int, int]]) -> str:
         [primary] = [cid for cid, (slot, code) in statuses.items() if slot == 0 and code == Code.PRIMARY]
         return primary

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from broker.client import AppendService, JournalClient
 from broker.protocol import labels
-from consumer.protocol import pb as cpb
 from consumer.recoverylog import FSM, FSMHints, Recorder
 from consumer.recoverylog.ops import decode_frames, encode_op
 from tests.broker.client.helpers import create_journal, unique
@@ -33,12 +32,7 @@ async def test_a_log_missing_its_beginning_fails_the_shard(
     assert len(frames) == 3
     await appender.append(cluster.recovery_log, b"".join(encode_op(op)[0] for op, _, _ in frames[1:]))
 
-    await cluster.start("damaged-a")
-    channel, stub = cluster.stub("damaged-a")
-    async with channel:
-        applied = await stub.Apply(cpb.ApplyRequest(changes=[cpb.ApplyRequest.Change(upsert=cluster.spec(0))]))
-        assert applied.status == cpb.OK
-        [error] = (await cluster.wait_failed(stub)).errors
+    error = await cluster.fail_on_start("damaged-a")
     assert cluster.shard in error and "offset 0" in error and "seq_no 2" in error, error
     assert "does not continue the log's history" in error and "possible data loss" in error, error
     assert cluster.state("recovered") is None, "no store was built from the log"

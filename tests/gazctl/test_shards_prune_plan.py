@@ -8,7 +8,7 @@ import pytest
 from broker.protocol import pb
 from consumer.protocol import recoverylog_pb2 as rpb
 from gazctl.errors import GazctlError
-from gazctl.prune import unhinted_fragments
+from gazctl.prune import HintedLogs, prunable_fragments, unhinted_fragments
 
 LOG = "shards/recovery/log"
 
@@ -68,3 +68,55 @@ def test_a_persisted_fragment_without_mod_time_is_an_error() -> None:
     odd.mod_time = 0
     with pytest.raises(GazctlError, match="never persisted"):
         unhinted_fragments(LOG, [odd], [hints((1, 3, 0, 300, 7), (5, 6, 1000, 1200, 7))])
+
+
+# -- Gazette's rule over shards (HintedLogs): cmd/gazctl/gazctlcmd/shards_prune.go ----------------
+
+OTHER = "shards/recovery/other"
+
+
+def test_a_shard_is_folded_backups_first_and_skipped_at_its_first_missing_or_empty_slot() -> None:
+    good = hints((1, 3, 0, 300, 7), (5, 6, 1000, 1200, 7))
+    # backup.0 empty (the recovery of an empty log): nothing is folded, the log is skipped silently.
+    hinted = HintedLogs()
+    assert hinted.add_shard("s1", LOG, good, [rpb.FSMHints(log=LOG), None]) == "hints have no live files"
+    assert hinted.segments == {} and hinted.warned() == [] and LOG in hinted.skipped
+    # backup.0 good, backup.1 missing: backup.0 is folded, then the log is skipped: Gazette warns.
+    hinted = HintedLogs()
+    assert hinted.add_shard("s1", LOG, good, [good, None]) == "has not written all hints required for pruning"
+    assert hinted.warned() == [LOG] and hinted.prunable() == []
+    # Every slot with live files: the log is pruned by the union of their segments.
+    hinted = HintedLogs()
+    assert hinted.add_shard("s1", LOG, good, [good]) is None
+    assert hinted.prunable() == [LOG] and hinted.segments[LOG] == [(0, 300), (1000, 0), (0, 300), (1000, 0)]
+    # The primary missing skips it too.
+    hinted = HintedLogs()
+    assert hinted.add_shard("s1", LOG, None, [good]) is not None and hinted.warned() == [LOG]
+
+
+def test_shards_sharing_a_log_protect_each_others_segments_and_one_skip_skips_it() -> None:
+    hinted = HintedLogs()
+    hinted.add_shard("s1", LOG, hints((1, 3, 0, 300, 7), (5, 6, 1000, 1200, 7)), [])
+    hinted.add_shard("s2", LOG, hints((4, 4, 300, 800, 7)), [])
+    plan = prunable_fragments(LOG, LISTED, hinted.segments[LOG])
+    assert plan.aged == [], "s2's live segment [300, ...) keeps the rest"
+    hinted.add_shard("s3", LOG, None, [])
+    assert hinted.prunable() == [] and hinted.warned() == [LOG]
+
+
+def test_segments_of_a_forked_log_are_kept_under_that_log() -> None:
+    forked = rpb.FSMHints(log=LOG)
+    forked.live_nodes.add(fnode=1, segments=[rpb.Segment(author=7, first_seq_no=1, last_seq_no=2, first_offset=0,
+                                                         last_offset=700, log=OTHER)])
+    forked.live_nodes.add(fnode=5, segments=[rpb.Segment(author=7, first_seq_no=5, last_seq_no=5, first_offset=1000,
+                                                         last_offset=1100)])
+    hinted = HintedLogs()
+    hinted.add_shard("s1", LOG, forked, [])
+    assert hinted.segments == {OTHER: [(0, 700)], LOG: [(1000, 0)]}
+    assert hinted.prunable() == [LOG, OTHER]
+
+
+def test_no_segments_keep_everything_and_an_unpersisted_unhinted_fragment_is_an_error() -> None:
+    assert prunable_fragments(LOG, LISTED, []).aged == []
+    with pytest.raises(GazctlError, match=r"never persisted.*every shard using this log"):
+        prunable_fragments(LOG, [fragment(300, 600, persisted=False)], [(1000, 0)])
