@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
 
 import grpc
@@ -138,8 +139,9 @@ class ShardClient:
         return resp
 
 
-def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -> T:
-    """Resolve the consumer address and run `work` with a client of it in a fresh event loop."""
+@asynccontextmanager
+async def connect(address_flag: str | None) -> AsyncIterator[ShardClient]:
+    """A client of the resolved consumer address, for use within a running event loop."""
     address = resolve_consumer(address_flag)
     log.debug("resolved consumer address", extra={"address": address.value, "source": address.source})
     try:
@@ -148,9 +150,15 @@ def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -
         raise ConfigError(str(err).replace("invalid broker address", "invalid consumer address")) from None
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_SIZE)]
     creds = credentials("consumer")
+    async with creds.tls.channel(target.target, tls=target.tls, options=options) as channel:
+        yield ShardClient(address.value, creds.authorize(pb_grpc.ShardStub(channel)))
+
+
+def run(address_flag: str | None, work: Callable[[ShardClient], Awaitable[T]]) -> T:
+    """Resolve the consumer address and run `work` with a client of it in a fresh event loop."""
 
     async def main() -> T:
-        async with creds.tls.channel(target.target, tls=target.tls, options=options) as channel:
-            return await work(ShardClient(address.value, creds.authorize(pb_grpc.ShardStub(channel))))
+        async with connect(address_flag) as client:
+            return await work(client)
 
     return asyncio.run(main())

@@ -16,7 +16,7 @@ import pytest
 from broker.client import AppendService, JournalClient, fragments_request
 from consumer.protocol import pb as cpb
 from consumer.recoverylog import FSMHints
-from gazctl.prune import HintedLogs, all_fragments, prunable_fragments, prune_plans
+from gazctl.prune import HintedLogs, all_fragments, hint_slots, prunable_fragments, prune_plans
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, counts
@@ -27,15 +27,9 @@ client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
 Code = cpb.ReplicaStatus.Code
 
 
-def slots(resp: cpb.GetHintsResponse) -> tuple[FSMHints | None, list[FSMHints | None]]:
-    """The primary hints and each backup's (None where GetHints has none), as Gazette reads them."""
-    primary = resp.primary_hints.hints if resp.primary_hints.HasField("hints") else None
-    return primary, [b.hints if b.HasField("hints") else None for b in resp.backup_hints]
-
-
 def fold(cluster: Cluster, resp: cpb.GetHintsResponse) -> HintedLogs:
     hinted = HintedLogs()
-    primary, backups = slots(resp)
+    primary, backups = hint_slots(resp)
     hinted.add_shard(cluster.shard, cluster.recovery_log, primary, backups)
     return hinted
 
@@ -83,7 +77,7 @@ async def test_gazettes_prune_rule_over_a_shards_hints_and_the_pruned_log_recove
     # 1st recovery, of an empty log: backup.0 holds hints without live files (as Gazette's consumer
     # stores them). The first slot Gazette folds is empty: the log is skipped without a warning.
     resp = await serve_round(cluster, appender, "prune-1", keys, batches)
-    primary, backups = slots(resp)
+    primary, backups = hint_slots(resp)
     assert primary is not None and primary.live_nodes and backups[0] is not None and not backups[0].live_nodes
     assert backups[1] is None
     hinted = fold(cluster, resp)
@@ -95,7 +89,7 @@ async def test_gazettes_prune_rule_over_a_shards_hints_and_the_pruned_log_recove
     await cluster.start("prune-2")
     assert await asyncio.to_thread(cluster.consumers["prune-1"].stop, signal.SIGTERM) == 0
     resp = await serve_round(cluster, appender, "prune-2", keys, batches)
-    primary, backups = slots(resp)
+    primary, backups = hint_slots(resp)
     assert [bool(b is not None and b.live_nodes) for b in backups] == [True, False]
     assert fold(cluster, resp).warned() == [cluster.recovery_log]
 
@@ -104,7 +98,7 @@ async def test_gazettes_prune_rule_over_a_shards_hints_and_the_pruned_log_recove
     await cluster.start("prune-3")
     assert await asyncio.to_thread(cluster.consumers["prune-2"].stop, signal.SIGTERM) == 0
     resp = await serve_round(cluster, appender, "prune-3", keys, batches)
-    primary, backups = slots(resp)
+    primary, backups = hint_slots(resp)
     assert primary is not None and all(b is not None and b.live_nodes for b in backups), resp
     hinted = fold(cluster, resp)
     assert hinted.skipped == {} and hinted.prunable() == [cluster.recovery_log]
@@ -115,7 +109,7 @@ async def test_gazettes_prune_rule_over_a_shards_hints_and_the_pruned_log_recove
     assert plan.aged, f"the dead files' fragments are prunable: {hinted.segments}"
     assert len(plan.aged) < plan.stats.fragments_total
     assert broker.file_root is not None
-    await prune_plans([plan], broker.file_root, dry_run=False)
+    await prune_plans([plan], str(broker.file_root), dry_run=False)
 
     # A new primary recovers the exact state from the pruned log (from the primary hints).
     await cluster.start("prune-4")

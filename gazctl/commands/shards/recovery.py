@@ -7,7 +7,6 @@ inspect its store offline. Both read hints through the Shard API's GetHints.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -16,11 +15,10 @@ from typing import Annotated
 
 import typer
 
-from broker.client import JournalClient, JournalNotFound, fragments_request
+from broker.client import JournalClient
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log
 from consumer.recoverylog import FSMHints, Player, RecoveryLogError, pick_first_hints
-from gazctl.bounded import map_bounded
 from gazctl.commands.common import (
     BrokerAddressOption,
     ConsumerAddressOption,
@@ -31,10 +29,18 @@ from gazctl.commands.common import (
 )
 from gazctl.commands.shards._app import app
 from gazctl.errors import GazctlError
-from gazctl.prune import JournalPrune, all_fragments, log_fields, prune_plans, unhinted_fragments
+from gazctl.prune import (
+    ShardsPruneMetrics,
+    fold_shards,
+    hint_slots,
+    list_hinted_logs,
+    prune_hinted_logs,
+    recovery_log_stores_healthy,
+)
 from gazctl.shard_client import (
     RequiredSelectorOption,
     ShardClient,
+    connect,
     parse_shard_selector,
     require_shard_selector,
     run,
@@ -45,9 +51,8 @@ log = logging.getLogger("gazctl")
 
 def stored_hints(resp: pb.GetHintsResponse) -> list[FSMHints | None]:
     """The primary hints, then each backup's, None where the key holds none."""
-    out: list[FSMHints | None] = [resp.primary_hints.hints if resp.primary_hints.HasField("hints") else None]
-    out.extend(b.hints if b.HasField("hints") else None for b in resp.backup_hints)
-    return out
+    primary, backups = hint_slots(resp)
+    return [primary, *backups]
 
 
 @app.command("prune")
@@ -78,63 +83,39 @@ def prune_command(
 ) -> None:
     """Delete the recovery-log fragments the selected shards no longer need.
 
-    For each shard with a recovery log, its hints (the primary's, and every backup's) name the
-    log segments holding live file data; a persisted fragment overlapping none of them is never
-    read by a recovering replica, and is pruned. A log is left whole if any of its shard's hint
-    slots is empty or has no live files, so the oldest backup sets the floor. By default this is
-    a dry run: each prunable fragment is printed (`would prune`, journal, fragment, bytes, mod
-    time, store) with the totals; pass --no-dry-run to delete them from their stores.
+    As Gazette's `shards prune`: each selected shard's hints (every backup's, then the primary's)
+    name the log segments holding live file data, under the log each segment is in (a forked
+    shard's hints name segments of the log it forked from). Their union, per log, is kept; a
+    persisted fragment of a hinted log overlapping none of them is never read by a recovering
+    replica, and is deleted. A shard's recovery log is left whole (with a warning if other hints
+    name it) when a hint slot of the shard is empty or has no live files, or when a fragment store
+    of the log is unhealthy; a fully suspended log is skipped. Select *every* shard using a log:
+    the hints of a shard left out do not protect its segments. Each pruned fragment is printed
+    (`pruned` or, with --dry-run, `would prune`; journal, fragment, bytes, mod time, store); the
+    counts are logged at info level (--log.level=info).
     """
     with reported():
         settings = setup(ctx, broker_address, log_level, log_format)
         parsed = require_shard_selector(selector)
 
-        async def hints_of(client: ShardClient) -> list[tuple[str, list[FSMHints]]]:
-            listed = await client.list(parsed)
-            if not listed.shards:
-                raise GazctlError(f"no shards match --selector {selector!r}")
-            logs: list[tuple[str, list[FSMHints]]] = []
-            for shard in listed.shards:
-                log_name = recovery_log(shard.spec)
-                if not log_name:
-                    log.info("shard has no recovery log", extra={"shard": shard.spec.id})
-                    continue
-                hints = stored_hints(await client.get_hints(shard.spec.id))
-                if any(h is None or not h.live_nodes for h in hints):
-                    log.info(
-                        "keeping the whole recovery log: a hint slot is empty or has no live files",
-                        extra={"shard": shard.spec.id, "journal": log_name},
-                    )
-                    continue
-                logs.append((log_name, [h for h in hints if h is not None]))
-            return logs
+        async def main(journals: JournalClient) -> ShardsPruneMetrics:
+            async with connect(consumer_address) as shards:
+                listed = await shards.list(parsed)
+                if not listed.shards:
+                    raise GazctlError(f"no shards match --selector {selector!r}")
+                selected = await fold_shards(
+                    [(shard.spec.id, recovery_log(shard.spec)) for shard in listed.shards],
+                    lambda journal: recovery_log_stores_healthy(journals, journal),
+                    shards.get_hints,
+                )
+            logs = await list_hinted_logs(selected, journals)
+            return await prune_hinted_logs(selected, logs, file_root or "", dry_run=dry_run)
 
-        logs = run(consumer_address, hints_of)
-
-        async def plan(journals: JournalClient) -> list[JournalPrune]:
-            async def one(item: tuple[str, list[FSMHints]]) -> JournalPrune:
-                name, hints = item
-                try:
-                    resp = await all_fragments(journals, fragments_request(name))
-                except JournalNotFound:
-                    raise GazctlError(f"recovery log {name} does not exist") from None
-                try:
-                    return unhinted_fragments(name, (f.spec for f in resp.fragments), hints)
-                except RecoveryLogError as err:
-                    raise GazctlError(f"hints of recovery log {name}: {err}") from None
-
-            return await map_bounded(logs, one)
-
-        plans = settings.run(plan)
-        total = asyncio.run(
-            prune_plans(plans, file_root or "", dry_run=dry_run, what="recovery log", verb="delete")
-        )
-        verb = "would prune" if dry_run else "pruned"
-        sys.stderr.write(
-            f"{verb} {total.fragments_pruned} of {total.fragments_total} fragments, {total.bytes_pruned} of"
-            f" {total.bytes_total} bytes, of {total.journals} recovery log{'' if total.journals == 1 else 's'}\n"
-        )
-        log.info("finished pruning recovery logs", extra={"dry_run": dry_run, **log_fields(total)})
+        metrics = settings.run(main)
+        if metrics.failed_to_remove:
+            raise GazctlError(
+                f"failed to remove fragments: {metrics.failed_to_remove} could not be deleted (each is warned above)"
+            )
 
 
 @app.command("recover")
