@@ -1,14 +1,30 @@
 """Which recovery-log fragments `gazctl shards prune` deletes: a pure function of the hints and the
-fragment listing (reference 6.6), tested without I/O."""
+fragment listing (reference 6.6), and its command loop over fake RPCs and a temporary file store."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from pathlib import Path
+
 import pytest
 
+from broker.fragment.names import content_name, content_path
 from broker.protocol import pb
+from broker.stores import StoreError
+from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb2 as rpb
 from gazctl.errors import GazctlError
-from gazctl.prune import HintedLogs, prunable_fragments, unhinted_fragments
+from gazctl.prune import (
+    HintedLog,
+    HintedLogs,
+    SelectedShards,
+    fold_shards,
+    is_auth_error,
+    prunable_fragments,
+    prune_hinted_logs,
+    unhinted_fragments,
+)
 
 LOG = "shards/recovery/log"
 
@@ -120,3 +136,61 @@ def test_no_segments_keep_everything_and_an_unpersisted_unhinted_fragment_is_an_
     assert prunable_fragments(LOG, LISTED, []).aged == []
     with pytest.raises(GazctlError, match=r"never persisted.*every shard using this log"):
         prunable_fragments(LOG, [fragment(300, 600, persisted=False)], [(1000, 0)])
+
+
+# -- Gazette's command loop over shards (fold_shards, prune_hinted_logs) ------------------------------
+
+
+def test_an_unhealthy_log_is_skipped_without_reading_hints_and_a_missing_slot_counts_a_skipped_journal() -> None:
+    read: list[str] = []
+
+    async def healthy(journal: str) -> bool:
+        return journal != OTHER
+
+    async def get_hints(shard: str) -> cpb.GetHintsResponse:
+        read.append(shard)
+        resp = cpb.GetHintsResponse(status=cpb.OK)
+        if shard == "s1":
+            resp.primary_hints.hints.CopyFrom(hints((1, 3, 0, 300, 7)))
+        return resp
+
+    shards = [("s1", LOG), ("s2", OTHER), ("s3", "shards/recovery/third"), ("s4", "")]
+    selected = asyncio.run(fold_shards(shards, healthy, get_hints))
+    assert read == ["s1", "s3"], "an unhealthy log's shard is not asked for hints"
+    assert selected.metrics.shards_total == 4 and selected.metrics.skipped_journals == 1
+    assert set(selected.hinted.skipped) == {OTHER, "shards/recovery/third"}
+    assert selected.hinted.prunable() == [LOG] and list(selected.hints) == [LOG, "shards/recovery/third"]
+
+
+def test_failed_removals_are_warned_counted_and_the_rest_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    selected = SelectedShards()
+    selected.hinted.add_shard("s1", LOG, hints((5, 6, 1000, 1200, 7)), [])
+    plan = prunable_fragments(LOG, LISTED[:3], selected.hinted.segments[LOG])
+    missing = plan.aged[0]  # Never written to the store: its removal fails.
+    for spec in plan.aged[1:]:
+        path = tmp_path / content_path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+    caplog.set_level(logging.INFO, "gazctl")
+    metrics = asyncio.run(prune_hinted_logs(selected, [HintedLog(LOG, plan=plan)], str(tmp_path), dry_run=False))
+    assert (metrics.fragments_total, metrics.fragments_pruned, metrics.failed_to_remove) == (3, 2, 1)
+    assert not any(tmp_path.rglob("*.raw"))
+    [warned] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned.getMessage() == "failed to remove fragment (skipping)"
+    assert content_name(missing) in getattr(warned, "fragment", "")
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        "pruned fragments", "finished pruning log", "finished pruning logs for all shards"]
+
+
+def test_permission_errors_are_gazettes_auth_errors() -> None:
+    def store_error(cause: BaseException) -> StoreError:
+        try:
+            raise StoreError("denied") from cause
+        except StoreError as err:
+            return err
+
+    assert is_auth_error(store_error(PermissionError(13, "denied")))
+    assert not is_auth_error(store_error(FileNotFoundError(2, "gone")))
+    assert not is_auth_error(StoreError("no cause"))
