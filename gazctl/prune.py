@@ -198,6 +198,11 @@ class HintedLogs:
     of each hint set unbounded (last_offset 0): playback reads on past it."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Per recovery log left whole: why (the first shard's reason)."""
+    protected: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per journal: segments of hints the rule stops short of (slots after a shard's first missing
+    or empty one, and every slot of a shard whose log's stores are unhealthy). Gazette's prune
+    ignores them, and may delete fragments a fork of that shard still needs; ours keeps every
+    fragment they overlap, in logs the rule prunes anyway (they add no log to prune)."""
 
     def skip(self, journal: str, why: str) -> None:
         """Leave `journal` whole (e.g. its fragment stores are unhealthy)."""
@@ -208,23 +213,35 @@ class HintedLogs:
     ) -> str | None:
         """Fold one shard's hints; returns why its recovery log must be left whole, or None.
         GazctlError for hints whose segments are inconsistent (Gazette exits on those)."""
-        from consumer.recoverylog import RecoveryLogError, live_log_segments
-
-        for hints in (*backups, primary):
+        slots = (*backups, primary)
+        for i, hints in enumerate(slots):
             if hints is None or not hints.live_nodes:
                 reason = "hints have no live files" if hints is not None else (
                     "has not written all hints required for pruning")
                 self.skip(recovery_log, f"shard {shard} {reason}")
+                self.protect_shard(shard, slots[i + 1:])
                 return reason
-            try:
-                _, live = live_log_segments(hints)
-            except RecoveryLogError as err:
-                raise GazctlError(f"shard {shard}: unable to fetch hint segments: {err}") from None
-            ordered = list(live)
-            for i, seg in enumerate(ordered):
-                last = 0 if i == len(ordered) - 1 else seg.last_offset
-                self.segments.setdefault(seg.log, []).append((seg.first_offset, last))
+            self._fold(shard, hints, self.segments)
         return None
+
+    def protect_shard(self, shard: str, slots: Sequence[FSMHints | None]) -> None:
+        """Keep every fragment the live files of `slots` have data in (`protected`)."""
+        for hints in slots:
+            if hints is not None and hints.live_nodes:
+                self._fold(shard, hints, self.protected)
+
+    @staticmethod
+    def _fold(shard: str, hints: FSMHints, into: dict[str, list[tuple[int, int]]]) -> None:
+        from consumer.recoverylog import RecoveryLogError, live_log_segments
+
+        try:
+            _, live = live_log_segments(hints)
+        except RecoveryLogError as err:
+            raise GazctlError(f"shard {shard}: unable to fetch hint segments: {err}") from None
+        ordered = list(live)
+        for i, seg in enumerate(ordered):
+            last = 0 if i == len(ordered) - 1 else seg.last_offset
+            into.setdefault(seg.log, []).append((seg.first_offset, last))
 
     def warned(self) -> list[str]:
         """The journals Gazette's prune warns it skips: hinted by a shard, and left whole."""
@@ -369,10 +386,10 @@ async def fold_shards(
     get_hints: Callable[[str], Awaitable[cpb.GetHintsResponse]],
 ) -> SelectedShards:
     """Fold each (shard ID, recovery log) of `shards`, in order, as Gazette's prune: a log whose
-    stores are not `healthy` is skipped without reading the shard's hints; else its GetHints reply
-    (`get_hints`) is folded by `HintedLogs.add_shard`, and a shard missing hints counts a skipped
-    journal (Gazette's skippedJournals) and skips its log. Shards without a recovery log are counted
-    only."""
+    stores are not `healthy` is skipped (its shard's hints only protect, see `HintedLogs.protected`);
+    else its GetHints reply (`get_hints`) is folded by `HintedLogs.add_shard`, and a shard missing
+    hints counts a skipped journal (Gazette's skippedJournals) and skips its log. Shards without a
+    recovery log are counted only."""
     out = SelectedShards()
     for shard, recovery_log in shards:
         out.metrics.shards_total += 1
@@ -380,7 +397,10 @@ async def fold_shards(
             log.info("shard has no recovery log", extra={"shard": shard})
             continue
         if not await healthy(recovery_log):
+            # Gazette's prune reads no hints of this shard; ours still keeps what they name elsewhere.
             out.hinted.skip(recovery_log, "a fragment store is unhealthy")
+            primary, backups = hint_slots(await get_hints(shard))
+            out.hinted.protect_shard(shard, (*backups, primary))
             continue
         resp = await get_hints(shard)
         out.hints.setdefault(recovery_log, []).append(resp)
@@ -420,8 +440,8 @@ async def list_hinted_logs(selected: SelectedShards, client: JournalClient) -> l
             return HintedLog(journal, suspended=True)
         except ClientError as err:
             raise GazctlError(f"failed to fetch fragments of {journal}: {err}") from None
-        return HintedLog(journal, plan=prunable_fragments(journal, (f.spec for f in resp.fragments),
-                                                          hinted.segments[journal]))
+        segments = hinted.segments[journal] + hinted.protected.get(journal, [])
+        return HintedLog(journal, plan=prunable_fragments(journal, (f.spec for f in resp.fragments), segments))
 
     return await map_bounded(sorted(hinted.segments), one)
 

@@ -83,7 +83,9 @@ async def test_prune_unions_forks_and_skips_what_gazette_skips(
         "b": forked_hints(logs["b"], (logs["parent"], *tail), (logs["a"], 0, 1000), (logs["c"], 0, 500),
                           (logs["b"], *tail)),
         "c": None,  # Never stored hints: its log is left whole, though b names it.
-        "e": forked_hints(logs["e"], (logs["e"], *tail)),  # Its store is unhealthy: its log is left whole.
+        # Its store is unhealthy: its log is left whole. Gazette's prune would not read its hints; ours
+        # does, and keeps the parent log's fragment its fork still reads.
+        "e": forked_hints(logs["e"], (logs["parent"], CHUNK, 2 * CHUNK), (logs["e"], *tail)),
         "f": forked_hints(logs["f"], (logs["f"], *tail)),
     }
     await cluster.start("prune-loop")
@@ -103,8 +105,8 @@ async def test_prune_unions_forks_and_skips_what_gazette_skips(
     def pruned(name: str, *indexes: int) -> list[tuple[str, str]]:
         return [(logs[name], content_name(listed[name][i])) for i in indexes]
 
-    # a's [0,1100) is b's; the parent log is pruned up to b's segment of it; b up to its own tail.
-    expected = sorted([*pruned("a", 1, 2), *pruned("b", 0, 1, 2), *pruned("parent", 0, 1, 2)])
+    # a's [0,1100) is b's; the parent log is pruned up to b's segment of it, but for e's; b up to its tail.
+    expected = sorted([*pruned("a", 1, 2), *pruned("b", 0, 1, 2), *pruned("parent", 0, 2)])
     code, out, err = gazctl(cluster, "prune-loop", "prune", "-l", f"prune={tag}", "--dry-run")
     assert code == 0, err
     lines = [line.split("\t") for line in out.splitlines()]
@@ -128,8 +130,8 @@ async def test_prune_unions_forks_and_skips_what_gazette_skips(
     # Gazette's counts: 12 fragments of a, b and parent; c missing hints and f suspended are skipped.
     [summary] = [line for line in err.splitlines() if "finished pruning logs for all shards" in line]
     assert summary.endswith(
-        "shardsTotal=5 fragmentsTotal=12 fragmentsPruned=8 fragmentsKept=4 bytesTotal=13200 bytesPruned=8800"
-        " bytesKept=4400 skippedJournals=2 failedToRemove=0 permissionDenied=0"), summary
+        "shardsTotal=5 fragmentsTotal=12 fragmentsPruned=7 fragmentsKept=5 bytesTotal=13200 bytesPruned=7700"
+        " bytesKept=5500 skippedJournals=2 failedToRemove=0 permissionDenied=0"), summary
     finished = [line.split("journal=")[1] for line in err.splitlines() if "finished pruning log " in line]
     assert finished == [logs["a"], logs["b"], logs["parent"]]
     for name, fragments in listed.items():

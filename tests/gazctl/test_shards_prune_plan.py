@@ -108,6 +108,10 @@ def test_a_shard_is_folded_backups_first_and_skipped_at_its_first_missing_or_emp
     # The primary missing skips it too.
     hinted = HintedLogs()
     assert hinted.add_shard("s1", LOG, None, [good]) is not None and hinted.warned() == [LOG]
+    # Slots after the first missing one are not folded (Gazette's rule), but what they name is kept.
+    hinted = HintedLogs()
+    hinted.add_shard("s1", LOG, good, [None, good])
+    assert hinted.segments == {} and hinted.protected == {LOG: [(0, 300), (1000, 0), (0, 300), (1000, 0)]}
 
 
 def test_shards_sharing_a_log_protect_each_others_segments_and_one_skip_skips_it() -> None:
@@ -141,7 +145,7 @@ def test_no_segments_keep_everything_and_an_unpersisted_unhinted_fragment_is_an_
 # -- Gazette's command loop over shards (fold_shards, prune_hinted_logs) ------------------------------
 
 
-def test_an_unhealthy_log_is_skipped_without_reading_hints_and_a_missing_slot_counts_a_skipped_journal() -> None:
+def test_an_unhealthy_log_is_skipped_its_hints_only_protect_and_a_missing_slot_counts_a_skipped_journal() -> None:
     read: list[str] = []
 
     async def healthy(journal: str) -> bool:
@@ -152,14 +156,23 @@ def test_an_unhealthy_log_is_skipped_without_reading_hints_and_a_missing_slot_co
         resp = cpb.GetHintsResponse(status=cpb.OK)
         if shard == "s1":
             resp.primary_hints.hints.CopyFrom(hints((1, 3, 0, 300, 7)))
+        if shard == "s2":  # A fork of LOG: its live file's data lies in LOG at [300, 800).
+            forked = resp.primary_hints.hints
+            forked.log = OTHER
+            forked.live_nodes.add(fnode=1, segments=[rpb.Segment(
+                author=7, first_seq_no=1, last_seq_no=2, first_offset=300, last_offset=800, log=LOG)])
+            forked.live_nodes.add(fnode=5, segments=[rpb.Segment(
+                author=7, first_seq_no=5, last_seq_no=5, first_offset=0, last_offset=100)])
         return resp
 
     shards = [("s1", LOG), ("s2", OTHER), ("s3", "shards/recovery/third"), ("s4", "")]
     selected = asyncio.run(fold_shards(shards, healthy, get_hints))
-    assert read == ["s1", "s3"], "an unhealthy log's shard is not asked for hints"
+    assert read == ["s1", "s2", "s3"]
     assert selected.metrics.shards_total == 4 and selected.metrics.skipped_journals == 1
     assert set(selected.hinted.skipped) == {OTHER, "shards/recovery/third"}
     assert selected.hinted.prunable() == [LOG] and list(selected.hints) == [LOG, "shards/recovery/third"]
+    # Gazette's prune would not read s2's hints and so would delete LOG's [300, 800): ours keeps it.
+    assert selected.hinted.segments[LOG] == [(0, 0)] and selected.hinted.protected[LOG] == [(300, 800)]
 
 
 def test_failed_removals_are_warned_counted_and_the_rest_go_on(
