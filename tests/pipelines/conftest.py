@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pipelines.datasource import register
 from tests.harness import BrokerProcess, serving_broker
 from tests.pipelines.spark_session import local_spark
-from tests.s3_harness import MotoServer
+from tests.store_emulators import MotoServer
 
 
 @pytest.fixture(scope="session")

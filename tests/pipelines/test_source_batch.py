@@ -25,7 +25,7 @@ from tests.pipelines.source_helpers import (
     unique,
     wait_persisted,
 )
-from tests.s3_harness import MotoServer
+from tests.store_emulators import MotoServer
 
 pytestmark = pytest.mark.timeout(300)
 

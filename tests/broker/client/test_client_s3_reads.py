@@ -12,7 +12,7 @@ from broker.client import JournalClient, RetryReader, append, fragments_request,
 from broker.protocol import pb
 from tests.broker.client.helpers import metric, new_journal
 from tests.harness import BrokerProcess, serving_broker
-from tests.s3_harness import MotoServer
+from tests.store_emulators import MotoServer
 
 RECORD = 1500
 
