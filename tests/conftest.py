@@ -136,14 +136,6 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Em
                 server.stop()
 
 
-def emulator_of(emulators: dict[str, EmulatorProcess | str], scheme: str) -> EmulatorProcess:
-    """The running emulator of `scheme`'s stores; skips the test if it is not installed."""
-    server = emulators[scheme]
-    if isinstance(server, str):
-        pytest.skip(server)
-    return server
-
-
 @pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A real broker per test module, with a `file://` store rooted at `<tmp>/fragments`

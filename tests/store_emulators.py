@@ -120,6 +120,16 @@ def running(kind: type[EmulatorProcess], tmp: Path) -> Iterator[Any]:
         server.stop()
 
 
+def emulator_of(emulators: dict[str, EmulatorProcess | str], scheme: str) -> EmulatorProcess:
+    """The running emulator of `scheme`'s stores; skips the test if it is not installed."""
+    import pytest
+
+    server = emulators[scheme]
+    if isinstance(server, str):
+        pytest.skip(server)
+    return server
+
+
 def _answers(url: str) -> None:
     """Return if `url` answers HTTP at all (any status); raise OSError if nothing listens."""
     try:

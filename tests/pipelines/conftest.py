@@ -1,5 +1,5 @@
-"""Fixtures of the Spark pipeline tests: one local Spark session, and a broker over an S3 store (the
-file:// one is the root conftest's `broker`)."""
+"""Fixtures of the Spark pipeline tests: one local Spark session, and a broker reaching the object stores'
+emulators (the file:// one is the root conftest's `broker`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pipelines.datasource import register
 from tests.harness import BrokerProcess, serving_broker
 from tests.pipelines.spark_session import local_spark
-from tests.store_emulators import MotoServer
+from tests.store_emulators import EmulatorProcess
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +23,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module")
-def s3_broker(
-    moto: MotoServer, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+def store_broker(
+    emulators: dict[str, EmulatorProcess | str], etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    """A broker started after moto's credentials are in the environment, so it can reach `s3://` stores."""
+    """A broker started after the object stores' emulators (moto, fake-gcs-server, Azurite) put their
+    endpoints and credentials in the environment, so it can reach `s3://`, `gs://` and `azure://` stores."""
     with serving_broker(tmp_path_factory.mktemp("s3-broker"), etcd_endpoint) as proc:
         yield proc
