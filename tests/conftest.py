@@ -137,6 +137,16 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Em
 
 
 @pytest.fixture(scope="module")
+def store_broker(
+    emulators: dict[str, EmulatorProcess | str], etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """A broker per module started after the object stores' emulators (`emulators`) put their endpoints
+    and credentials in the environment, so it reaches `s3://`, `gs://` and `azure://` stores."""
+    with serving_broker(tmp_path_factory.mktemp("store-broker"), etcd_endpoint) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
 def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A real broker per test module, with a `file://` store rooted at `<tmp>/fragments`
     (`broker.file_root`). Directories whose tests need another broker define their own."""

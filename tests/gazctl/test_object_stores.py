@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,22 +19,12 @@ from tests.harness import (
     apply_specs,
     journal_spec,
     run_gazctl,
-    serving_broker,
     table_rows,
     wait_for_primary,
 )
 from tests.store_emulators import EmulatorProcess, emulator_of
 
 RETENTION = 2
-
-
-@pytest.fixture(scope="module")
-def store_broker(
-    etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, emulators: dict[str, EmulatorProcess | str]
-) -> Iterator[BrokerProcess]:
-    """A broker started after the emulators, reaching all of them."""
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
-        yield proc
 
 
 def _persisted(stub: pb_grpc.JournalStub, journal: str) -> list[pb.Fragment]:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from broker.client import JournalClient, RetryReader, append, fragments_request, list_all_fragments
 from broker.protocol import pb
 from tests.broker.client.helpers import metric, new_journal
-from tests.harness import BrokerProcess, serving_broker
+from tests.harness import BrokerProcess
 from tests.store_emulators import EmulatorProcess, emulator_of
 
 RECORD = 1500
@@ -23,24 +22,15 @@ SIGNATURE = {"s3": "Signature=", "gs": "X-Goog-Signature=", "azure": "sig="}
 """What each store's signed URLs carry their signature in."""
 
 
-@pytest.fixture(scope="module")
-def s3_broker(
-    etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, emulators: dict[str, EmulatorProcess | str]
-) -> Iterator[BrokerProcess]:
-    """A broker started after the emulators, reaching all of them."""
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
-        yield proc
-
-
 @pytest.mark.parametrize("scheme", ["s3", "gs", "azure"])
 @pytest.mark.parametrize("codec", [pb.GZIP, pb.GZIP_OFFLOAD_DECOMPRESSION], ids=pb.CompressionCodec.Name)
 async def test_do_not_proxy_reads_signed_store_urls(
-    s3_broker: BrokerProcess, emulators: dict[str, EmulatorProcess | str], scheme: str, codec: int
+    store_broker: BrokerProcess, emulators: dict[str, EmulatorProcess | str], scheme: str, codec: int
 ) -> None:
     emulator = emulator_of(emulators, scheme)
     bucket = f"b-{uuid.uuid4().hex[:12]}"
     await asyncio.to_thread(emulator.create_bucket, bucket)
-    async with JournalClient(s3_broker.url) as client:
+    async with JournalClient(store_broker.url) as client:
         journal = await new_journal(
             client, f"client/{scheme}", length=1024, compression_codec=codec, stores=[emulator.store_url(bucket)],
             refresh_interval=1,
@@ -52,7 +42,7 @@ async def test_do_not_proxy_reads_signed_store_urls(
             while len([f for f in (await list_all_fragments(client, fragments_request(journal))).fragments
                        if f.spec.backing_store]) < 2:
                 await asyncio.sleep(0.1)
-        before = await asyncio.to_thread(metric, s3_broker, "gazette_read_bytes_total", journal)
+        before = await asyncio.to_thread(metric, store_broker, "gazette_read_bytes_total", journal)
 
         reader = RetryReader(client, journal, do_not_proxy=True)
         assert await reader.read(10) == records[0][:10]
@@ -60,7 +50,7 @@ async def test_do_not_proxy_reads_signed_store_urls(
         assert SIGNATURE[scheme] in reader.reader.fragment_url
         rest = b"".join([chunk async for chunk in reader])
         assert records[0][:10] + rest == b"".join(records)
-        served = await asyncio.to_thread(metric, s3_broker, "gazette_read_bytes_total", journal) - before
+        served = await asyncio.to_thread(metric, store_broker, "gazette_read_bytes_total", journal) - before
         assert served <= RECORD  # At most the last, unpersisted fragment came through the broker.
         await reader.close()
 
