@@ -50,8 +50,9 @@ DELEGATION_KEY_LIFETIME = datetime.timedelta(hours=2)
 CLIENT_OPTIONS: dict[str, Any] = {
     "connection_timeout": 5,
     "read_timeout": 60,
-    # Transient failures are retried briefly: the broker's persister and health checks retry for longer.
-    "retry_policy": LinearRetry(backoff=1, retry_total=2, random_jitter_range=0),
+    # Transient failures are retried once (as the S3 store's): the broker's persister and health checks
+    # retry for longer, with their own backoff.
+    "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=0),
     "max_single_put_size": SINGLE_PUT,
     "max_block_size": SINGLE_PUT,
     "max_single_get_size": READ_CHUNK,

@@ -41,8 +41,9 @@ SINGLE_PUT = 8 << 20
 """Content up to this size is uploaded in one request; longer content in resumable chunks of it."""
 TIMEOUT = (5.0, 60.0)
 """Connect and read timeouts of each request."""
-RETRY = DEFAULT_RETRY.with_delay(initial=0.2, maximum=2.0).with_timeout(5.0)
-"""Transient failures are retried briefly: the broker's persister and health checks retry for longer."""
+RETRY = DEFAULT_RETRY.with_delay(initial=0.2, maximum=1.0).with_timeout(2.0)
+"""Transient failures are retried briefly (as the S3 store's one retry): the broker's persister and health
+checks retry for longer, with their own backoff."""
 MAX_SIGNED_TTL = 7 * 24 * 3600
 """The longest a V4 signed URL may live."""
 
