@@ -22,7 +22,16 @@ from grpc._cython import cygrpc
 from broker.keyspace.etcd import EtcdProcess, parse_address
 from broker.protocol import pb_grpc
 from tests.harness import BrokerProcess, free_port, serving_broker
-from tests.s3_harness import MotoServer, use_test_credentials
+from tests.store_emulators import (
+    EMULATORS,
+    AzuriteServer,
+    EmulatorMissing,
+    EmulatorProcess,
+    FakeGCSServer,
+    MotoServer,
+    running,
+    use_test_credentials,
+)
 
 # grpc.aio shuts its poller thread down when its last channel or server is freed, joining that
 # thread; a call left pending in a loop that was closed (a test cut off by its timeout) keeps the
@@ -31,7 +40,10 @@ from tests.s3_harness import MotoServer, use_test_credentials
 cygrpc.init_grpc_aio()
 
 # Named in the report's header, so that a run's log says what a fresh install resolved.
-REPORTED_DISTRIBUTIONS = ("pyspark", "pyarrow", "numpy", "grpcio", "protobuf", "aetcd", "boto3", "moto", "typer")
+REPORTED_DISTRIBUTIONS = (
+    "pyspark", "pyarrow", "numpy", "grpcio", "protobuf", "aetcd", "boto3", "moto", "google-cloud-storage",
+    "azure-storage-blob", "typer",
+)
 
 
 def pytest_report_header() -> str:
@@ -86,11 +98,52 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     """moto's S3 server on loopback, with test credentials in the environment, set before any broker
     or Spark worker of the module starts so that they inherit them."""
     use_test_credentials()
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
+    with running(MotoServer, tmp_path_factory.mktemp("moto")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCSServer]:
+    """fake-gcs-server on loopback; STORAGE_EMULATOR_HOST and a service-account key (for signing) are
+    in the environment before any broker of the module starts."""
+    with running(FakeGCSServer, tmp_path_factory.mktemp("fake-gcs")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    """Azurite's blob service on loopback; its account, key and endpoint are in the environment before
+    any broker of the module starts."""
+    with running(AzuriteServer, tmp_path_factory.mktemp("azurite")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EmulatorProcess | str]]:
+    """Every object store's emulator (s3, gs, azure) that is installed, started before any broker of the
+    module so that it inherits their endpoints and credentials; a missing one maps to the reason."""
+    out: dict[str, EmulatorProcess | str] = {}
+    try:
+        for scheme, kind in EMULATORS.items():
+            try:
+                out[scheme] = kind(tmp_path_factory.mktemp(kind.name)).start()
+            except EmulatorMissing as exc:
+                out[scheme] = str(exc)
+        yield out
     finally:
-        server.stop()
+        for server in out.values():
+            if isinstance(server, EmulatorProcess):
+                server.stop()
+
+
+@pytest.fixture(scope="module")
+def store_broker(
+    emulators: dict[str, EmulatorProcess | str], etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """A broker per module started after the object stores' emulators (`emulators`) put their endpoints
+    and credentials in the environment, so it reaches `s3://`, `gs://` and `azure://` stores."""
+    with serving_broker(tmp_path_factory.mktemp("store-broker"), etcd_endpoint) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Fragment stores: where rolled fragments are persisted (`file://`, `s3://`).
+"""Fragment stores: where rolled fragments are persisted (`file://`, `s3://`, `gs://`, `azure://`, `azure-ad://`).
 
 `StoreRegistry` builds a store per URL; every store implements `FragmentStore`, and fails
 with `StoreError` (or `StoreConfigError` for a bad URL). A store that can take a local file

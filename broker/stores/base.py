@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlparse
 
 from broker.errors import GazetteError
@@ -78,3 +79,54 @@ def rewrite(path: str, args: dict[str, str]) -> str:
     if find:
         return path.replace(find, args.get("replace", ""), 1)
     return path
+
+
+def read_head(source: BinaryIO, limit: int) -> tuple[bytes, bool]:
+    """Up to `limit` bytes from the start of `source` (blocking), and whether `source` ended within them.
+
+    A store uploads content that fits in one request in one request, and streams the rest.
+    """
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        data = source.read(limit - size)
+        if not data:
+            return b"".join(parts), True
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts), False
+
+
+class Prepended(io.RawIOBase):
+    """`head` followed by the rest of `source`: a read-once stream that knows its position (`tell`).
+
+    A read returns as many bytes as asked for unless the content ends first (whatever `source` gives
+    per read): an SDK uploading in parts takes a short part for the last one.
+    """
+
+    def __init__(self, head: bytes, source: BinaryIO) -> None:
+        self._head = memoryview(head)
+        self._source = source
+        self._pos = 0
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), len(self._head))
+        view[:n] = self._head[:n]
+        self._head = self._head[n:]
+        while n < len(view) and not self._ended:
+            data = self._source.read(len(view) - n)
+            if not data:
+                self._ended = True
+                break
+            view[n:n + len(data)] = data
+            n += len(data)
+        self._pos += n
+        return n

@@ -10,14 +10,14 @@ from broker.stores.file import FileStore
 from broker.stores.health import StoreHealth
 from broker.stores.memory import MemoryStore
 
-SCHEMES = ("file", "s3", "memory")
+SCHEMES = ("file", "s3", "gs", "azure", "azure-ad", "memory")
 FILE_ONLY_SCHEMES = ("azure", "azure-ad", "file", "gs", "s3")
 """The stores `--broker.file-only` puts under the file root: those Gazette's broker has providers of."""
 
 
 class StoreRegistry:
-    """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`, and `memory://` for tests and
-    single-process use) and caches them."""
+    """Builds stores from URLs (`file://` rooted at `file_root`, `s3://`, `gs://`, `azure://`, `azure-ad://`,
+    and `memory://` for tests and single-process use) and caches them."""
 
     def __init__(self, file_root: str = "", file_only: bool = False) -> None:
         self.file_root = file_root
@@ -48,6 +48,14 @@ class StoreRegistry:
             from broker.stores.s3 import S3Store
 
             return S3Store(url)
+        if scheme == "gs":
+            from broker.stores.gcs import GCSStore  # As boto3: imported by the processes that use it.
+
+            return GCSStore(url)
+        if scheme in ("azure", "azure-ad"):
+            from broker.stores.azure import AzureStore
+
+            return AzureStore(url)
         if scheme == "memory":
             return MemoryStore(url)
         raise StoreConfigError(

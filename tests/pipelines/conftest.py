@@ -1,5 +1,5 @@
-"""Fixtures of the Spark pipeline tests: one local Spark session, and a broker over an S3 store (the
-file:// one is the root conftest's `broker`)."""
+"""Fixtures of the Spark pipeline tests: one local Spark session (the brokers are the root conftest's:
+`broker` with a file:// store, `store_broker` reaching the object stores' emulators)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
-from tests.harness import BrokerProcess, serving_broker
 from tests.pipelines.spark_session import local_spark
-from tests.s3_harness import MotoServer
 
 
 @pytest.fixture(scope="session")
@@ -20,12 +18,3 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     with local_spark(tmp_path_factory.mktemp("spark"), "gazette-tests") as session:
         register(session)
         yield session
-
-
-@pytest.fixture(scope="module")
-def s3_broker(
-    moto: MotoServer, etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrokerProcess]:
-    """A broker started after moto's credentials are in the environment, so it can reach `s3://` stores."""
-    with serving_broker(tmp_path_factory.mktemp("s3-broker"), etcd_endpoint) as proc:
-        yield proc

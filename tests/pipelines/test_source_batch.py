@@ -1,4 +1,5 @@
-"""Batch reads of the `gazette` source against real brokers (file:// and S3 on moto)."""
+"""Batch reads of the `gazette` source against real brokers (file://, and s3://, gs:// and azure:// on
+moto, fake-gcs-server and Azurite)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tests.pipelines.source_helpers import (
     unique,
     wait_persisted,
 )
-from tests.s3_harness import MotoServer
+from tests.store_emulators import EmulatorProcess, emulator_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -202,24 +203,28 @@ def test_invalid_options_fail_before_spark_work(spark: SparkSession, broker: Bro
     sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 
-def test_s3_store_snappy_fragments_read_from_presigned_urls(
-    spark: SparkSession, s3_broker: BrokerProcess, moto: MotoServer, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("scheme", ["s3", "gs", "azure"])
+def test_object_store_snappy_fragments_read_from_signed_urls(
+    spark: SparkSession, store_broker: BrokerProcess, emulators: dict[str, EmulatorProcess | str], scheme: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Executors read the persisted fragments straight from the store, through the URLs the broker signed."""
+    emulator = emulator_of(emulators, scheme)
     test = unique()
     bucket = f"src-{test}"
-    moto.client().create_bucket(Bucket=bucket)
+    emulator.create_bucket(bucket)
     names = [f"src/{test}/us", f"src/{test}/eu"]
     rows: dict[str, list[Row]] = {}
     for name in names:
-        make_journal(s3_broker, name, {"test": test, "region": name[-2:], "content-type": NDJSON},
-                     store=moto.store_url(bucket), length=1024, codec=pb.SNAPPY)
+        make_journal(store_broker, name, {"test": test, "region": name[-2:], "content-type": NDJSON},
+                     store=emulator.store_url(bucket), length=1024, codec=pb.SNAPPY)
         docs = [json.dumps({"i": i, "p": "s" * (i * 53 % 400)}).encode() for i in range(20)]
-        rows[name] = [r for doc in docs for r in append_lines(s3_broker, name, [doc])]
-        wait_persisted(s3_broker, name, 3)
-    got = rows_of(reader(spark, s3_broker, f"test={test},region=us"))
+        rows[name] = [r for doc in docs for r in append_lines(store_broker, name, [doc])]
+        wait_persisted(store_broker, name, 3)
+    got = rows_of(reader(spark, store_broker, f"test={test},region=us"))
     assert got == sorted(rows[names[0]])
-    assert rows_of(reader(spark, s3_broker, f"test={test}")) == sorted(rows[names[0]] + rows[names[1]])
-    count, direct = direct_only_rows({"broker": s3_broker.url, "selector": f"test={test}"}, monkeypatch)
+    assert rows_of(reader(spark, store_broker, f"test={test}")) == sorted(rows[names[0]] + rows[names[1]])
+    count, direct = direct_only_rows({"broker": store_broker.url, "selector": f"test={test}"}, monkeypatch)
     assert count >= 6 and direct and set(direct) <= set(rows[names[0]] + rows[names[1]])
 
 

@@ -1,7 +1,9 @@
-"""Fragments persist to file:// and S3 (moto) stores, and brokers serve them after restarts.
+"""Fragments persist to file://, s3:// (moto), gs:// (fake-gcs-server) and azure:// (Azurite) stores,
+and brokers serve them after restarts.
 
-Every test runs real processes: the session's etcd, `gazette serve` brokers, and for S3 moto's
-standalone server. Each test is parametrized over both store kinds.
+Every test runs real processes: the session's etcd, `gazette serve` brokers, and each store's
+emulator (started once per module; each test has a bucket of its own). Each test is parametrized
+over the store kinds; those about the broker rather than the store run over file:// only.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from broker.fragment.codecs import decompressor
 from broker.fragment.names import parse_fragment_from_relative_path
 from broker.protocol import pb, pb_grpc
 from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
-from tests.s3_harness import MotoServer, use_test_credentials
+from tests.store_emulators import EmulatorProcess
 
 JOURNAL = "example/journal"
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.raw|\.gz|\.sz|\.zst|)$")
@@ -36,21 +38,21 @@ class Store:
     kind: str
     url: str
     file_root: Path
-    moto: MotoServer | None = None
+    emulator: EmulatorProcess | None = None
     bucket: str = ""
     prefix: str = ""
     brokers: list[BrokerProcess] = field(default_factory=list)
 
     def objects(self, journal: str = JOURNAL) -> dict[str, bytes]:
         """Persisted objects of `journal`, by path relative to `<journal>/`."""
-        if self.moto is None:
+        if self.emulator is None:
             top = self.file_root / journal
             return {
                 p.relative_to(top).as_posix(): p.read_bytes()
                 for p in sorted(top.rglob("*")) if p.is_file() and not p.name.startswith(".partial-")
             }
         base = f"{self.prefix}{journal}/"
-        return {k[len(base):]: v for k, v in self.moto.snapshot(self.bucket).items() if k.startswith(base)}
+        return {k[len(base):]: v for k, v in self.emulator.snapshot(self.bucket).items() if k.startswith(base)}
 
     def fetch(self, url: str) -> bytes:
         """GET a fragment URL the broker handed out: `file://` is relative to the file root."""
@@ -61,21 +63,19 @@ class Store:
             return body
 
 
-@pytest.fixture(params=["file", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+EMULATOR_FIXTURES = {"s3": "moto", "gs": "fake_gcs", "azure": "azurite"}
+
+
+@pytest.fixture(params=["file", "s3", "gs", "azure"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     file_root = tmp_path / "fragments"
     file_root.mkdir()
     if request.param == "file":
-        yield Store("file", "file:///", file_root)
-        return
-    use_test_credentials()
-    moto = MotoServer(tmp_path).start()
-    bucket, prefix = "fragments", "a/prefix/"
-    moto.client().create_bucket(Bucket=bucket)
-    try:
-        yield Store("s3", moto.store_url(bucket, prefix), file_root, moto, bucket, prefix)
-    finally:
-        moto.stop()
+        return Store("file", "file:///", file_root)
+    emulator: EmulatorProcess = request.getfixturevalue(EMULATOR_FIXTURES[request.param])
+    bucket, prefix = f"fragments-{uuid.uuid4().hex[:12]}", "a/prefix/"
+    emulator.create_bucket(bucket)
+    return Store(request.param, emulator.store_url(bucket, prefix), file_root, emulator, bucket, prefix)
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_fragments_roll_and_persist_with_every_codec(store: Store, start_broker:
     journal = bytearray()
     channel, stub = broker.stub()
     # Gazette refuses GZIP_OFFLOAD_DECOMPRESSION with file:// stores: it relies on HTTP decoding.
-    codecs = CODECS if store.kind == "s3" else CODECS[:-1]
+    codecs = CODECS[:-1] if store.kind == "file" else CODECS
     with channel:
         for codec in codecs:
             # The codec applies from the next roll: append past fragment.length under each one.
@@ -307,15 +307,17 @@ def test_store_health(store: Store, start_broker: Callable[..., BrokerProcess]) 
             pb.FragmentStoreHealthRequest(fragment_store=store.url, check_delete=True, check_delete_prefix="probe/")
         )
         assert resp.status == pb.OK, resp.store_health_error
-        bad = stub.FragmentStoreHealth(pb.FragmentStoreHealthRequest(fragment_store="gs://bucket/prefix/"))
+        # A store whose bucket (or directory) does not exist.
+        missing = "file:///missing/" if store.emulator is None else store.emulator.store_url("missing-bucket", "p/")
+        bad = stub.FragmentStoreHealth(pb.FragmentStoreHealthRequest(fragment_store=missing))
         assert bad.status == pb.FRAGMENT_STORE_UNHEALTHY
-        assert "unsupported fragment store scheme 'gs'" in bad.store_health_error
+        assert missing in bad.store_health_error
 
 
 def test_persist_waits_out_a_store_outage(store: Store, start_broker: Callable[..., BrokerProcess]) -> None:
-    if store.moto is None:
-        pytest.skip("the outage is simulated by stopping moto")
-    moto = store.moto
+    if store.emulator is None:
+        pytest.skip("the outage is simulated by stopping the store's server")
+    emulator = store.emulator
     broker = start_broker()
     _apply(broker, _spec(store, pb.ZSTANDARD, length=1024))
     rng = random.Random(4)
@@ -327,8 +329,8 @@ def test_persist_waits_out_a_store_outage(store: Store, start_broker: Callable[.
             _append(stub, data)
             journal += data
         _wait_until("the first fragments persist", lambda: _covered(store.objects()) > 0)
-        saved = moto.snapshot(store.bucket)
-        moto.stop()
+        saved = emulator.snapshot(store.bucket)
+        emulator.stop()
 
         # The store is down: appends keep being acknowledged, and fragments keep rolling.
         outage_begin = len(journal)
@@ -341,8 +343,8 @@ def test_persist_waits_out_a_store_outage(store: Store, start_broker: Callable[.
         # Bytes still in the spool are served; persisted ones would need the store.
         assert _read(stub, outage_begin, len(journal)) == journal[outage_begin:]
 
-        moto.start()
-        moto.restore(store.bucket, saved)
+        emulator.start()
+        emulator.restore(store.bucket, saved)
         rolled = len(journal) - 1024 - 1000
         _wait_until("fragments rolled during the outage persist", lambda: _covered(store.objects()) >= rolled)
         assert rolled > outage_begin

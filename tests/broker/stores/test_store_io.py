@@ -117,8 +117,8 @@ async def test_health_check_and_registry_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         await check_store(FileStore("file:///nowhere/", str(tmp_path)))
     registry = StoreRegistry("")
-    with pytest.raises(StoreConfigError, match="unsupported fragment store scheme 'gs'"):
-        registry.get("gs://bucket/")
+    with pytest.raises(StoreConfigError, match="unsupported fragment store scheme 'ftp'"):
+        registry.get("ftp://bucket/")
     with pytest.raises(StoreError, match=r"--broker\.file-root"):
         registry.get("file:///")
     with pytest.raises(StoreConfigError, match='invalid path "bogus"'):
