@@ -27,8 +27,8 @@ client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
 
 CHUNK = 1100
 """Each append rolls the fragment before it (length 1024): fragments [0,1100) ... [3300,4400)."""
-UNHEALTHY = "gs://no-such-bucket/"
-"""A store the broker cannot reach (no gs:// support): FragmentStoreHealth answers unhealthy."""
+UNHEALTHY = "s3://no-such-bucket/?endpoint=http://127.0.0.1:9"
+"""A store whose endpoint refuses connections: FragmentStoreHealth answers unhealthy."""
 
 
 def forked_hints(log: str, *segments: tuple[str, int, int]) -> rpb.FSMHints:
