@@ -9,11 +9,12 @@ acknowledge before the client is answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from broker.errors import AppendError, PipelineError
@@ -37,6 +38,11 @@ LANDING_BYTES = 8 << 20
 """Content of one append that may still be landing (written to the spool, hashed) while more of
 it is received: enough to keep the spool's worker thread busy, little enough to buffer."""
 DAY = 86400
+STORE_HEALTH_CHECKS = 5
+"""Checks of a journal's first store an append waits through while every store is unhealthy
+(Gazette's storeHealthCheckRetries)."""
+STORE_HEALTH_WAIT = 10.0
+"""Seconds an append waits at most for one of them to pass."""
 
 
 async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
@@ -277,6 +283,30 @@ class Append:
                 self.journal,
             ) from None
 
+    async def _await_healthy_store(self, res: Resolution, stores: Sequence[str]) -> bool:
+        """Whether a store can take the journal's fragments: else FRAGMENT_STORE_UNHEALTHY, with why.
+
+        Gazette's FSM waits for `stores[0]`'s health (`broker/append_fsm.go`, onValidatePreconditions)
+        and fails the append after storeHealthCheckRetries failed checks. Fragments go to the first
+        healthy store here, so an append waits only while every store is known to be unhealthy (a
+        persist or a check failed), for at most STORE_HEALTH_CHECKS checks of the first, asked for
+        now (at most one a second), and STORE_HEALTH_WAIT seconds.
+        """
+        registry = self.state.stores
+        if registry is None or not stores or any(registry.is_healthy(url) is not False for url in stores):
+            return True
+        health = registry.health(stores[0])
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STORE_HEALTH_WAIT):
+                for _ in range(STORE_HEALTH_CHECKS):
+                    health.request_check()
+                    if not await health.next_check():
+                        return True
+        self._finish(pb.FRAGMENT_STORE_UNHEALTHY, res.header)
+        assert self.response is not None
+        self.response.store_health_error = f"fragment store {stores[0]} unhealthy: {health.error}"
+        return False
+
     async def _write_suspend(self, res: Resolution, level: int, offset: int) -> None:
         """Write the journal's suspension state, guarded by the spec's and assignments' revisions."""
         assert res.spec is not None
@@ -294,6 +324,8 @@ class Append:
         assert res.spec is not None
         spec = res.spec
         await replica.index.first_refresh.wait()
+        if not await self._await_healthy_store(res, spec.fragment.stores):
+            return False
         spool = replica.spool
         _, index_end, last_mod_time = replica.index.summary()
         max_offset = max(spool.fragment.end, index_end)

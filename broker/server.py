@@ -153,6 +153,7 @@ class BrokerCore:
             # Peers sign their own calls with the cluster's keys (Replicate, proxied Read and Append).
             # And present --broker.peer-* to peers whose endpoints are https://.
             dialer=PeerDialer(Credentials.of(keys=auth_keys, **_files(peer_tls or TLSFiles()))),
+            stores=registry,
             max_append_rate=max_append_rate,
             min_append_rate=min_append_rate,
             max_replication=max_replication,

@@ -1,4 +1,4 @@
-"""What the broker's RPC handlers share: the etcd mirror, resolver, peer dialer and limits."""
+"""What the broker's RPC handlers share: the etcd mirror, resolver, peer dialer, stores and limits."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from broker.peers import PeerDialer
 from broker.pipeline import PEER_TIMEOUT
 from broker.protocol import pb
 from broker.resolver import Resolver
+from broker.stores import StoreRegistry
 
 
 @dataclass
@@ -21,6 +22,8 @@ class BrokerState:
     keyspace: KeySpace
     resolver: Resolver
     dialer: PeerDialer
+    stores: StoreRegistry | None = None
+    """The fragment stores and their health checks (None: appends do not look at store health)."""
     max_append_rate: int = 0
     min_append_rate: int = 0
     max_replication: int = 9

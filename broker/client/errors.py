@@ -200,4 +200,6 @@ def status_error(
         cls = STATUS_ERRORS[status]
     except KeyError:
         raise ProtocolError(f"unknown status {status}", journal=journal, offset=offset, detail=detail) from None
+    # FRAGMENT_STORE_UNHEALTHY replies (AppendResponse, FragmentStoreHealthResponse) say why.
+    detail = detail or getattr(response, "store_health_error", "")
     return cls(journal=journal, offset=offset, response=response, detail=detail)

@@ -22,6 +22,9 @@ RECHECK_AFTER_SUCCESS = 30 * 60.0
 # Delay before the next check after the n-th consecutive failure; the last repeats.
 RETRY_AFTER_FAILURE = (0.0, 0.1, 1.0, 1.0, 10.0, 10.0, 100.0)
 JITTER = 0.2
+REQUESTED_CHECK_INTERVAL = 1.0
+"""Least time between two checks that waiting appends ask for (`request_check`), so that a store
+that is down is not hammered by its journals' appends."""
 
 
 async def check_store(store: FragmentStore) -> None:
@@ -68,6 +71,8 @@ class StoreHealth:
         self.error: str | None = None
         self._checked = asyncio.Event()
         self._recheck = asyncio.Event()
+        self._next: asyncio.Future[str] | None = None  # Resolved by the next check to complete.
+        self._last_check = 0.0  # Loop time the last check began.
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -79,6 +84,17 @@ class StoreHealth:
         await self._checked.wait()
         assert self.error is not None
         return self.error
+
+    async def next_check(self) -> str:
+        """The error ("" when healthy) of the next check to complete (Gazette's HealthStatus channel)."""
+        if self._next is None or self._next.done():
+            self._next = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(self._next)
+
+    def request_check(self) -> None:
+        """Check again now, unless a check began less than REQUESTED_CHECK_INTERVAL ago."""
+        if asyncio.get_running_loop().time() - self._last_check >= REQUESTED_CHECK_INTERVAL:
+            self._recheck.set()
 
     def mark_failed(self, error: str) -> None:
         """Record a failure seen by a store user, so the store is re-checked soon."""
@@ -94,6 +110,7 @@ class StoreHealth:
     async def _run(self) -> None:
         failures = 0
         while True:
+            self._last_check = asyncio.get_running_loop().time()
             try:
                 await check_store(self.store)
             except (StoreError, OSError) as exc:
@@ -108,6 +125,8 @@ class StoreHealth:
                 self.error, failures, delay = "", 0, RECHECK_AFTER_SUCCESS
             self._checked.set()
             self._recheck.clear()
+            if self._next is not None and not self._next.done():
+                self._next.set_result(self.error)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay * random.uniform(1 - JITTER, 1 + JITTER)):
                     await self._recheck.wait()

@@ -118,9 +118,14 @@ def _apply(broker: BrokerProcess, spec: pb.JournalSpec) -> None:
 
 
 def _append(stub: pb_grpc.JournalStub, data: bytes, journal: str = JOURNAL) -> pb.AppendResponse:
+    resp = _try_append(stub, data, journal)
+    assert resp.status == pb.OK, resp
+    return resp
+
+
+def _try_append(stub: pb_grpc.JournalStub, data: bytes, journal: str = JOURNAL) -> pb.AppendResponse:
     reqs = [pb.AppendRequest(journal=journal), pb.AppendRequest(content=data), pb.AppendRequest()]
     resp: pb.AppendResponse = stub.Append(iter(reqs), timeout=30)
-    assert resp.status == pb.OK, resp
     return resp
 
 
@@ -332,22 +337,37 @@ def test_persist_waits_out_a_store_outage(store: Store, start_broker: Callable[.
         saved = emulator.snapshot(store.bucket)
         emulator.stop()
 
-        # The store is down: appends keep being acknowledged, and fragments keep rolling.
+        # The store is down: appends are acknowledged until the broker knows it (the persist of a
+        # rolled fragment fails); then, as Gazette's, an append answers FRAGMENT_STORE_UNHEALTHY, why
+        # in its store_health_error, after a few failed health checks.
         outage_begin = len(journal)
-        for _ in range(10):
+        refused: pb.AppendResponse | None = None
+        deadline = time.monotonic() + 60
+        while refused is None and time.monotonic() < deadline:
             data = _lines(rng, 10)
-            _append(stub, data)
-            journal += data
+            resp = _try_append(stub, data)
+            if resp.status != pb.OK:
+                refused = resp
+            else:
+                journal += data
+                time.sleep(0.2)  # While the persist of a rolled fragment fails.
+        assert refused is not None, "every append was acknowledged while the only store was down"
+        assert refused.status == pb.FRAGMENT_STORE_UNHEALTHY, refused
+        assert refused.store_health_error.startswith(f"fragment store {store.url} unhealthy: "), refused
+        outage_end = len(journal)
         health = stub.FragmentStoreHealth(pb.FragmentStoreHealthRequest(fragment_store=store.url))
         assert health.status == pb.FRAGMENT_STORE_UNHEALTHY and health.store_health_error
         # Bytes still in the spool are served; persisted ones would need the store.
-        assert _read(stub, outage_begin, len(journal)) == journal[outage_begin:]
+        assert _read(stub, outage_begin, outage_end) == journal[outage_begin:]
 
         emulator.start()
         emulator.restore(store.bucket, saved)
-        rolled = len(journal) - 1024 - 1000
-        _wait_until("fragments rolled during the outage persist", lambda: _covered(store.objects()) >= rolled)
-        assert rolled > outage_begin
+        # Appends are taken again once a check of the store passes; what was acknowledged persists.
+        for _ in range(4):
+            data = _lines(rng, 10)
+            _append(stub, data)
+            journal += data
+        _wait_until("fragments acknowledged during the outage persist", lambda: _covered(store.objects()) >= outage_end)
     assert broker.stop() == 0, broker.logs()
     _check_objects(store.objects(), bytes(journal))
 
