@@ -58,7 +58,7 @@ async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
     task.result()
 
 
-class RouteChanged(Exception):
+class _RouteChanged(Exception):
     """A peer reported a newer route: re-resolve at `revision`."""
 
     def __init__(self, revision: int) -> None:
@@ -167,7 +167,7 @@ class Append:
             replica.pipeline = pipeline
             try:
                 await self._sync(pipeline, replica)
-            except RouteChanged as exc:
+            except _RouteChanged as exc:
                 await self._drop_pipeline(replica)
                 self._min_revision = exc.revision
                 return True
@@ -225,7 +225,7 @@ class Append:
                 ):
                     roll_to = max(roll_to, ours)
                 elif reply.status == pb.WRONG_ROUTE and reply.header.etcd.revision > self._header_revision():
-                    raise RouteChanged(reply.header.etcd.revision)
+                    raise _RouteChanged(reply.header.etcd.revision)
                 else:
                     raise PipelineError(
                         f"peer {member.suffix} replied {pb.Status.Name(reply.status)} to sync", self.journal

@@ -1,4 +1,4 @@
-"""The Shard gRPC API of a consumer process (Gazette's shard_api.go; consumer digest 8.2).
+"""The Shard gRPC API of a consumer process (Gazette's `consumer/shard_api.go`).
 
 `ShardAPI` implements `consumer.Shard` over a `ConsumerService`:
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from consumer.errors import ConsumerError
+
 if TYPE_CHECKING:
     from broker.protocol import pb
     from consumer.app_api import AppContext
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from consumer.store import OpFuture, Store
 
 
-class DeferToNextTransaction(Exception):  # Gazette: ErrDeferToNextTransaction (a signal, not an error).
+class DeferToNextTransaction(ConsumerError):  # Gazette: ErrDeferToNextTransaction (a signal, not an error).
     """Raised by `consume_message`: end the transaction before this message, which the next one
     consumes first. Raising it for a transaction's first message fails the shard."""
 

@@ -1,4 +1,4 @@
-"""The consumer's etcd keyspace (consumer digest 7): the broker's keyspace mirror, member
+"""The consumer's etcd keyspace (Gazette's `consumer/key_space.go`): the broker's keyspace mirror, member
 announcement and allocator (`broker.keyspace`), with the consumer's schema.
 
 Under the application's own root (`--etcd.prefix`, by default `/gazette/consumers/<app>`), with

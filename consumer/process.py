@@ -1,5 +1,5 @@
 """A consumer process (`gazette consume MODULE:ATTR`): the application, its ConsumerService, and
-one port serving the Shard gRPC API and HTTP (consumer digest 9.2).
+one port serving the Shard gRPC API and HTTP (Gazette's `mainboilerplate/runconsumer/run_consumer.go`).
 
 - `load_application("module:attr")` imports the application object as uvicorn loads `main:app`.
 - `ConsumerProcess` wires the broker's parts, reused rather than copied: etcd (`open_etcd`, here
@@ -62,6 +62,7 @@ from consumer import transaction as _transaction  # noqa: F401  (registers the t
 from consumer.api import ShardAPI, add_shard_service
 from consumer.app_api import AppContext
 from consumer.application import Application
+from consumer.errors import ConsumerError
 from consumer.keyspace import default_root
 from consumer.protocol import pb as cpb
 from consumer.replica import HINTS_INTERVAL
@@ -73,11 +74,11 @@ REQUIRED_METHODS = ("new_store", "new_message", "consume_message", "finalize_txn
 """What an application object must have (consumer.application.Application)."""
 
 
-class ApplicationLoadError(Exception):
+class ApplicationLoadError(ConsumerError):
     """`MODULE:ATTR` does not name an application; the message says what is wrong."""
 
 
-class ApplicationInitError(ValueError):
+class ApplicationInitError(ConsumerError, ValueError):
     """The application's `init_application` failed (or is not a coroutine function)."""
 
 

@@ -1,4 +1,4 @@
-"""A shard replica: the lifecycle of one shard assigned to this consumer process (consumer digest 4.2, 7).
+"""A shard replica: the lifecycle of one shard assigned to this consumer process (Gazette's `consumer/shard.go`).
 
 The `ConsumerService` keeps one `Replica` per local assignment and tells it of every change of its
 assignment (`update`). A replica is what the application's handlers see as the `Shard`.
@@ -59,6 +59,7 @@ from broker.keyspace import Assignment, KeySpace, item_key
 from broker.keyspace.keyspace import compare_mod, put_op, txn
 from consumer.application import Application
 from consumer.checkpoint import flatten_producer_states, flatten_read_through
+from consumer.errors import ConsumerError
 from consumer.keyspace import encode_replica_status
 from consumer.message import Clock, Publisher, Sequencer
 from consumer.protocol import pb as cpb
@@ -142,7 +143,7 @@ def failed_status(error: BaseException | str) -> cpb.ReplicaStatus:
     return cpb.ReplicaStatus(code=Code.FAILED, errors=[text])
 
 
-class ReplicaError(Exception):
+class ReplicaError(ConsumerError):
     """Serving a shard failed; the message has Gazette's prefix (`completeRecovery: app.NewStore: ...`)."""
 
 
@@ -236,7 +237,7 @@ class Replica:
 
     @property
     def fqn(self) -> str:
-        """The shard's etcd item key, `<root>/items/<id>` (the digest's FQN)."""
+        """The shard's etcd item key, `<root>/items/<id>` (Gazette's `consumer/key_space.go` FQN)."""
         return self._fqn
 
     @property

@@ -1,4 +1,4 @@
-"""`Resolver`: a shard ID to its spec, route and local primary (consumer digest 8.1).
+"""`Resolver`: a shard ID to its spec, route and local primary (Gazette's `consumer/resolver.go`).
 
 Applications use it for their own APIs (and the Shard gRPC API will): `resolve(shard_id)` answers
 from the service's keyspace mirror, after waiting for a minimum etcd revision when asked (a
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol import pb as bpb
+from consumer.errors import ConsumerError
 from consumer.protocol import pb as cpb
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ MISSING_MEMBER = ("local ConsumerSpec", "missing from Etcd")
 """The process ID a header carries when this member's key is gone (Gazette's placeholder)."""
 
 
-class ResolverError(Exception):
+class ResolverError(ConsumerError):
     """A resolution that cannot be answered with a status."""
 
 

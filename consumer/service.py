@@ -1,4 +1,4 @@
-"""`ConsumerService`: a consumer application's process in its keyspace (consumer digest 7).
+"""`ConsumerService`: a consumer application's process in its keyspace (Gazette's `consumer/service.go`).
 
 Given an etcd client, the application's keyspace root (`--etcd.prefix`), this process's
 ConsumerSpec (zone, suffix, endpoint, shard_limit), a JournalClient for the brokers and the

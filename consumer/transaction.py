@@ -61,6 +61,7 @@ from broker.client import AppendService, AsyncAppend, JournalClient, JournalNotF
 from broker.protocol import pb
 from consumer.application import Application, DeferToNextTransaction
 from consumer.checkpoint import build_checkpoint
+from consumer.errors import ConsumerError
 from consumer.message import (
     Envelope,
     Publisher,
@@ -105,7 +106,7 @@ SHARD_PHASE_SECONDS_TOTAL = Counter(
 )
 
 
-class TransactionError(Exception):
+class TransactionError(ConsumerError):
     """A transaction failed; the message carries Gazette's error prefixes, e.g.
     `txnStartCommit: app.FinalizeTxn: finalize error`. The original error is the `__cause__`."""
 
@@ -139,7 +140,7 @@ EnvelopeOrError: TypeAlias = "Envelope[Any] | Exception"
 """An item of a MessageChannel: a read-uncommitted envelope, or the error that ended a reader."""
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(ConsumerError):
     """Sending to a closed MessageChannel."""
 
 

@@ -5,7 +5,7 @@ their `KeySpaceSchema`: an item's desired replication, a member's limit and exit
 consistency rule, the value of a new or re-keyed assignment, and whether a member may join an item
 as its primary. The text below says "journal" for an item and "journal_limit" for a member's limit.
 
-The protocol digest's 10.3 solves a max-flow; this planner is greedy and aims at the same
+Gazette's allocator (`allocator/sparse_flow_network.go`) solves a max-flow; this planner is greedy and aims at the same
 balance. Every member runs `run_allocator`; only the leader (the member key with the lowest
 CreateRevision) writes. Each round plans from the mirror, applies the plan in guarded
 transactions, waits for the mirror to catch up and plans again, until there is nothing to change.

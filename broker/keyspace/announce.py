@@ -1,4 +1,4 @@
-"""A member's lifecycle in etcd (protocol digest 10.2): announce under a lease, keep it alive,
+"""A member's lifecycle in etcd (Gazette's `allocator/announce.go`): announce under a lease, keep it alive,
 mark it exiting, release it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FSMHints in etcd (reference 6.6): the JSON codec, fetching, and storing with backups.
+"""FSMHints in etcd (Gazette's `consumer/recovery.go`): the JSON codec, fetching, and storing with backups.
 
 A shard's hints live at absolute keys named by its spec (not under the consumer's root):
 `{hint_prefix}/{id}.primary`, written by the primary's Recorder every so often, and

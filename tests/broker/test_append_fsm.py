@@ -2,8 +2,8 @@
 
 Each test drives `Append` directly (`prepare()`, then its status response, its proxy decision, or
 `stream()`) against brokers assembled in the test's event loop over the session's real etcd (see
-`inprocess.py`), with routes the test assigns itself. Section numbers refer to the broker protocol
-digest (`broker-protocol.md`): 7.2 is the FSM, 5.5 the spool, 5.6 rolling.
+`inprocess.py`), with routes the test assigns itself. The model is Gazette's
+`broker/append_fsm.go` (the FSM), `broker/fragment/spool.go` (the spool) and `broker/replica.go` (rolling).
 
 """
 

@@ -134,7 +134,7 @@ def test_schema_values() -> None:
 @pytest.mark.parametrize(
     ("codes", "expected"),
     [
-        # The digest's ShardIsConsistent: STANDBY or PRIMARY yes; IDLE, BACKFILL no; FAILED only
+        # Gazette's ShardIsConsistent (consumer/key_space.go): STANDBY or PRIMARY yes; IDLE, BACKFILL no; FAILED only
         # when the slot-0 primary is FAILED too.
         ((PRIMARY, STANDBY), [True, True]),
         ((PRIMARY, IDLE), [True, False]),

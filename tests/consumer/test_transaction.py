@@ -888,7 +888,7 @@ async def test_a_plain_consume_message_is_called_without_a_coroutine(tf: Fixture
                                tf.progress).run(cpb.Checkpoint(), channel)
 
 
-# --- further cases of the digest ----------------------------------------------------------------
+# --- further cases of transaction_test.go-------------------------------------------------------------
 
 
 async def test_run_txns_commits_and_returns_when_the_channel_drains(tf: Fixture) -> None:

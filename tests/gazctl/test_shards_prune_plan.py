@@ -1,5 +1,5 @@
 """Which recovery-log fragments `gazctl shards prune` deletes: a pure function of the hints and the
-fragment listing (reference 6.6), tested without I/O."""
+fragment listing (Gazette's `cmd/gazctl/gazctlcmd/shards_prune.go`), tested without I/O."""
 
 from __future__ import annotations
 
