@@ -32,13 +32,8 @@ from gazctl.commands.common import (
 from gazctl.commands.shards._app import app
 from gazctl.errors import GazctlError
 from gazctl.prune import JournalPrune, all_fragments, log_fields, prune_plans, unhinted_fragments
-from gazctl.shard_client import (
-    RequiredSelectorOption,
-    ShardClient,
-    parse_shard_selector,
-    require_shard_selector,
-    run,
-)
+from gazctl.selectors import RequiredShardSelectorOption, parse_shard_selector, require_shard_selector
+from gazctl.shard_client import ShardClient, run
 
 log = logging.getLogger("gazctl")
 
@@ -53,7 +48,7 @@ def stored_hints(resp: pb.GetHintsResponse) -> list[FSMHints | None]:
 @app.command("prune")
 def prune_command(
     ctx: typer.Context,
-    selector: RequiredSelectorOption = "",
+    selector: RequiredShardSelectorOption = "",
     dry_run: Annotated[
         bool,
         typer.Option(
