@@ -19,13 +19,13 @@ from typing import Any
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
 from broker.in_order import InOrder
-from broker.keyspace import compare_mod, put_op, txn, write_suspend
 from broker.pipeline import THREADED_APPLY_MIN, Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
 from broker.protocol.auth import Claims
 from broker.replica import Replica, maybe_roll_fragment
 from broker.resolver import Resolution
 from broker.state import BrokerState
+from cluster.keyspace import compare_mod, put_op, txn, write_suspend
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ sharing a name with another):
     │   └── SpoolIOError, PostfixTemplateError
     ├── StoreError                  broker.stores: a fragment store operation failed (store URL, path)
     │   └── StoreConfigError        a store URL or its arguments are invalid
-    ├── KeySpaceError               broker.keyspace: etcd, the mirror, announcements
+    ├── KeySpaceError               cluster.keyspace: etcd, the mirror, announcements
     │   └── EtcdAddressError, EtcdUnavailableError, EtcdStartError, KeyFormatError,
     │       KeySpaceClosedError, AnnounceError, LeaseLostError
     ├── BrokerError                 broker: the service (journal, offset)

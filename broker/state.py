@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.flow_control import TokenBucket, effective_rate
-from broker.keyspace import KeySpace, desired_replication
 from broker.peers import PeerDialer
 from broker.pipeline import PEER_TIMEOUT
 from broker.protocol import pb
 from broker.resolver import Resolver
+from cluster.keyspace import KeySpace, desired_replication
 
 
 @dataclass

@@ -50,17 +50,17 @@ import logging
 import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 import h11
 
 from broker.client.config import dial_target
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
-from broker.peers import CHANNEL_OPTIONS
 from broker.protocol import pb as bpb
 from broker.protocol.credentials import TLSFiles
-from broker.tls import client_context
+from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.tls import client_context
 from consumer.errors import ConsumerError
 from consumer.protocol import pb as cpb
 from consumer.resolver import Resolution, ResolverError, ResolverStopped
@@ -330,6 +330,13 @@ def primary_endpoint(res: Resolution) -> str:
     return route.endpoints[route.primary] if 0 <= route.primary < len(route.endpoints) else ""
 
 
+@runtime_checkable
+class InitApplication(Protocol):
+    """The optional API hook of an Application (see the module's doc and `consumer.application`)."""
+
+    async def init_application(self, ctx: AppContext) -> None: ...
+
+
 __all__ = [
     "PROXY_HEADER",
     "RETRY_STATUSES",
@@ -338,6 +345,7 @@ __all__ = [
     "HttpHandler",
     "HttpRequest",
     "HttpResponse",
+    "InitApplication",
     "PeerUnavailable",
     "RouteError",
     "RouteTable",

@@ -19,11 +19,11 @@ from typing import Annotated, Any
 import typer
 
 from broker import cli as broker_cli
-from broker import logs
 from broker.errors import GazetteError
-from broker.logs import LogFormat
 from broker.protocol.credentials import TLSFiles
-from broker.tls import ServerTLS
+from cluster.server import logs
+from cluster.server.logs import LogFormat
+from cluster.server.tls import ServerTLS
 from consumer.errors import ConsumerError
 from consumer.process import (
     ApplicationLoadError,

@@ -45,19 +45,19 @@ from prometheus_client.registry import Collector
 from broker.client import Credentials, JournalClient, TLSFiles
 from broker.gateway import DebugConfig, HttpGateway
 from broker.gateway.app_routes import RouteTable
-from broker.keyspace import open_etcd
-from broker.keyspace.etcd import EtcdConnection
-from broker.listener import OnePortListener
-from broker.peers import CHANNEL_OPTIONS
 from broker.protocol.auth import KeyedAuth
-from broker.server import (
+from cluster.keyspace import open_etcd
+from cluster.keyspace.etcd import EtcdConnection
+from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.listener import OnePortListener
+from cluster.server.process import (
     STOP_GRACE,
     etcd_credentials,
     grpc_server_options,
     handle_stop_signals,
     start_unless_stopped,
 )
-from broker.tls import ServerTLS
+from cluster.server.tls import ServerTLS
 from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
 from consumer.app_api import AppContext

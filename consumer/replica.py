@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import Counter
 
 from broker.client import AppendService, JournalClient
-from broker.keyspace import Assignment, KeySpace, item_key
-from broker.keyspace.keyspace import compare_mod, put_op, txn
+from cluster.keyspace import Assignment, KeySpace, item_key
+from cluster.keyspace.keyspace import compare_mod, put_op, txn
 from consumer.application import Application
 from consumer.checkpoint import flatten_producer_states, flatten_read_through
 from consumer.errors import ConsumerError

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from broker.keyspace.keyspace import compare_create, compare_mod, prefix_response, put_op, txn_response
+from cluster.keyspace.keyspace import compare_create, compare_mod, prefix_response, put_op, txn_response
 from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb
 from consumer.protocol.shard_spec import hint_backup_keys, hint_primary_key, recovery_log

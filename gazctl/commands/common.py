@@ -25,10 +25,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from broker import logs
 from broker.client import Credentials, EtcdTransactionFailed, JournalClient, TransportError
 from broker.errors import ConfigError, GazetteError
-from broker.logs import LogFormat
+from cluster.server import logs
+from cluster.server.logs import LogFormat
 from gazctl.config import (
     ADDRESS_KEY,
     BROKER_ADDRESS_ENV,

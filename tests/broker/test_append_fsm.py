@@ -21,12 +21,12 @@ import broker.append
 from broker.append import Append
 from broker.errors import AppendError, BrokerError, PipelineError
 from broker.fragment import content_path, sha1sum_from_digest
-from broker.keyspace import put_op, txn
 from broker.pipeline import Pipeline
 from broker.protocol import labels, pb
 from broker.pulse import STABLE_PULSES_TO_SUSPEND, pulse, run_pulses
 from broker.service import _content_chunks
 from broker.stores.memory import bucket_objects
+from cluster.keyspace import put_op, txn
 from tests.broker.inprocess import InProcessBroker, InProcessCluster, append, content
 from tests.harness import journal_spec
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from broker.keyspace.allocator import (
+from cluster.keyspace.allocator import (
     Add,
     AddPrimary,
     Change,
@@ -27,9 +27,9 @@ from broker.keyspace.allocator import (
     plan,
     run_allocator,
 )
-from broker.keyspace.announce import Announcement
-from broker.keyspace.errors import KeySpaceClosedError
-from broker.keyspace.keyspace import (
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.errors import KeySpaceClosedError
+from cluster.keyspace.keyspace import (
     Assignment,
     Item,
     KeySpace,

@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from broker.client import JournalClient, apply_transactions, list_journals
-from broker.logs import LogFormat
 from broker.protocol import labels
 from broker.protocol import pb as bpb
+from cluster.server.logs import LogFormat
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
 from gazctl import tables

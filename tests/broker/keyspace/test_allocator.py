@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from broker.keyspace.allocator import (
+from broker.protocol import pb
+from cluster.keyspace.allocator import (
     MIN_MOVES,
     MOVES_DIVISOR,
     Add,
@@ -28,8 +29,8 @@ from broker.keyspace.allocator import (
     plan_keyspace,
     run_allocator,
 )
-from broker.keyspace.announce import Announcement
-from broker.keyspace.keyspace import (
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.keyspace import (
     Assignment,
     Item,
     KeySpace,
@@ -42,7 +43,6 @@ from broker.keyspace.keyspace import (
     put_op,
     txn,
 )
-from broker.protocol import pb
 
 ROOT = "/root"
 

@@ -26,8 +26,8 @@ from aetcd import rpc
 from aetcd.utils import prefix_range_end
 from google.protobuf.message import DecodeError
 
-from broker.keyspace.errors import KeyFormatError, KeySpaceClosedError
 from broker.protocol import pb
+from cluster.keyspace.errors import KeyFormatError, KeySpaceClosedError
 
 DEFAULT_ROOT = "/gazette/cluster"
 WATCH_DELAY = 0.03

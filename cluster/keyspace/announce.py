@@ -13,8 +13,8 @@ from typing import Any
 from aetcd import rpc
 from aetcd.exceptions import ClientError
 
-from broker.keyspace.errors import AnnounceError, LeaseLostError
-from broker.keyspace.keyspace import (
+from cluster.keyspace.errors import AnnounceError, LeaseLostError
+from cluster.keyspace.keyspace import (
     BROKER_SCHEMA,
     KeySpaceSchema,
     compare_create,

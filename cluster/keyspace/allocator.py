@@ -66,8 +66,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.keyspace.errors import KeySpaceClosedError
-from broker.keyspace.keyspace import (
+from cluster.keyspace.errors import KeySpaceClosedError
+from cluster.keyspace.keyspace import (
     BROKER_SCHEMA,
     Assignment,
     Item,
@@ -83,7 +83,7 @@ from broker.keyspace.keyspace import (
     put_op,
     txn,
 )
-from broker.keyspace.keyspace import (
+from cluster.keyspace.keyspace import (
     desired_replication as desired_replication,  # The broker's, re-exported.
 )
 
