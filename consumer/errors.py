@@ -10,4 +10,9 @@ class ConsumerError(GazetteError):
     proxying shards, loading an application, starting `gazette consume`."""
 
 
-__all__ = ["ConsumerError"]
+
+class ReplicaError(ConsumerError):
+    """Serving a shard failed; the message has Gazette's prefix (`completeRecovery: app.NewStore: ...`)."""
+
+
+__all__ = ["ConsumerError", "ReplicaError"]

@@ -58,7 +58,7 @@ from cluster.server.process import (
     start_unless_stopped,
 )
 from cluster.server.tls import ServerTLS
-from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
+from consumer import txn_metrics as _txn_metrics  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
 from consumer.app_api import AppContext
 from consumer.application import Application

@@ -1,7 +1,7 @@
 """The etcd keyspace of brokers and consumers: connection choice, local mirror, member announcement,
 allocator; parameterized by a `KeySpaceSchema` (`BROKER_SCHEMA` by default)."""
 
-from cluster.keyspace.allocator import run_allocator
+from cluster.keyspace.allocate import run_allocator
 from cluster.keyspace.announce import Announcement
 from cluster.keyspace.errors import KeySpaceError
 from cluster.keyspace.etcd import EtcdConnection, EtcdProcess, open_etcd

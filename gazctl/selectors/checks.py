@@ -5,6 +5,9 @@ delete things require one. (The grammar is broker.protocol's, as in Gazette.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import typer
 
 from broker.protocol import pb
 from broker.protocol.selectors import parse_selector
@@ -29,4 +32,9 @@ def required_selector_text(text: str, example: str) -> str:
     return text
 
 
-__all__ = ["checked_selector", "required_selector_text"]
+def selector_option(help_text: str, *, required: bool = False) -> Any:
+    """The -l/--selector option of a command; a required one shows no default."""
+    return typer.Option("--selector", "-l", help=help_text, show_default=not required)
+
+
+__all__ = ["checked_selector", "required_selector_text", "selector_option"]

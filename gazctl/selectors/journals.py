@@ -5,27 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from broker.protocol import pb
 from broker.protocol.validation import validate_list_request
-from gazctl.selectors.checks import checked_selector, required_selector_text
+from gazctl.selectors.checks import checked_selector, required_selector_text, selector_option
 
 SelectorOption = Annotated[
     str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of journals, e.g. 'app.gazette.dev/message-type=Foo,prefix=a/b/' or 'name=a/b'",
+    selector_option(
+        "Label selector of journals, e.g. 'app.gazette.dev/message-type=Foo,prefix=a/b/' or 'name=a/b'",
     ),
 ]
 RequiredSelectorOption = Annotated[
     str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of journals (required), e.g. 'prefix=a/b/' or 'name in (a/b, a/c)'",
-        show_default=False,
+    selector_option(
+        "Label selector of journals (required), e.g. 'prefix=a/b/' or 'name in (a/b, a/c)'",
+        required=True,
     ),
 ]
 

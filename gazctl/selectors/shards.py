@@ -5,28 +5,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from consumer.protocol.validation import validate_list_request
-from gazctl.selectors.checks import checked_selector, required_selector_text
+from gazctl.selectors.checks import checked_selector, required_selector_text, selector_option
 
 ShardSelectorOption = Annotated[
     str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of shards (the meta-label `id` is the shard's ID), e.g. 'app=counter' or 'id=shard-000'",
+    selector_option(
+        "Label selector of shards (the meta-label `id` is the shard's ID), e.g. 'app=counter' or 'id=shard-000'",
     ),
 ]
 RequiredShardSelectorOption = Annotated[
     str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of shards (required), e.g. 'app=counter' or 'id in (shard-000, shard-001)'",
-        show_default=False,
+    selector_option(
+        "Label selector of shards (required), e.g. 'app=counter' or 'id in (shard-000, shard-001)'",
+        required=True,
     ),
 ]
 

@@ -16,17 +16,8 @@ from typing import Any
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from cluster.keyspace.allocator import (
-    Add,
-    AddPrimary,
-    Change,
-    Handoff,
-    Promote,
-    Remove,
-    change_txn,
-    plan,
-    run_allocator,
-)
+from cluster.keyspace.allocate import change_txn, run_allocator
+from cluster.keyspace.allocator import Add, AddPrimary, Change, Handoff, Promote, Remove, plan
 from cluster.keyspace.announce import Announcement
 from cluster.keyspace.errors import KeySpaceClosedError
 from cluster.keyspace.keyspace import (

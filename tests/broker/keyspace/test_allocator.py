@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from broker.protocol import pb
+from cluster.keyspace.allocate import batch_txns, change_txn, plan_keyspace, run_allocator
 from cluster.keyspace.allocator import (
     MIN_MOVES,
     MOVES_DIVISOR,
@@ -21,13 +22,9 @@ from cluster.keyspace.allocator import (
     Handoff,
     Promote,
     Remove,
-    batch_txns,
-    change_txn,
     desired_replication,
     leader_of,
     plan,
-    plan_keyspace,
-    run_allocator,
 )
 from cluster.keyspace.announce import Announcement
 from cluster.keyspace.keyspace import (
