@@ -20,13 +20,13 @@ from typing import Any
 from broker.errors import AppendError, PipelineError
 from broker.fragment import sha1sum_from_digest, spec_equal
 from broker.in_order import InOrder
-from broker.keyspace import compare_mod, put_op, txn, write_suspend
 from broker.pipeline import THREADED_APPLY_MIN, Pipeline, routes_equivalent, same_id
 from broker.protocol import labels, pb
 from broker.protocol.auth import Claims
 from broker.replica import Replica, maybe_roll_fragment
 from broker.resolver import Resolution
 from broker.state import BrokerState
+from cluster.keyspace import compare_mod, put_op, txn, write_suspend
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ async def uninterrupted(work: Coroutine[Any, Any, None]) -> None:
     task.result()
 
 
-class RouteChanged(Exception):
+class _RouteChanged(Exception):
     """A peer reported a newer route: re-resolve at `revision`."""
 
     def __init__(self, revision: int) -> None:
@@ -173,7 +173,7 @@ class Append:
             replica.pipeline = pipeline
             try:
                 await self._sync(pipeline, replica)
-            except RouteChanged as exc:
+            except _RouteChanged as exc:
                 await self._drop_pipeline(replica)
                 self._min_revision = exc.revision
                 return True
@@ -231,7 +231,7 @@ class Append:
                 ):
                     roll_to = max(roll_to, ours)
                 elif reply.status == pb.WRONG_ROUTE and reply.header.etcd.revision > self._header_revision():
-                    raise RouteChanged(reply.header.etcd.revision)
+                    raise _RouteChanged(reply.header.etcd.revision)
                 else:
                     raise PipelineError(
                         f"peer {member.suffix} replied {pb.Status.Name(reply.status)} to sync", self.journal

@@ -12,10 +12,8 @@ from typing import Annotated
 
 import typer
 
-from broker import logs
 from broker.errors import AuthError, GazetteError
 from broker.gateway import DebugConfig
-from broker.logs import LogFormat
 from broker.protocol import pb
 from broker.protocol.auth import parse_keys
 from broker.protocol.credentials import TLSFiles
@@ -32,8 +30,10 @@ from broker.protocol.validation import (
 )
 from broker.server import Broker, BrokerConfig
 from broker.specs.durations import DurationError, parse_duration
-from broker.tls import ServerTLS, TLSFileError, check_client_files
-from broker.tuning import keep_freed_memory, raise_open_file_limit
+from cluster.server import logs
+from cluster.server.logs import LogFormat
+from cluster.server.tls import ServerTLS, TLSFileError, check_client_files
+from cluster.server.tuning import keep_freed_memory, raise_open_file_limit
 
 app = typer.Typer(
     name="gazette",

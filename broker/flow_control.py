@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Generator
 from typing import Any, Generic, TypeVar, cast
 
+from broker.errors import BrokerError
+
 T = TypeVar("T")
 
 BANK_SECONDS = 10.0  # Unused credit is banked up to ten seconds' worth of rate.
@@ -41,7 +43,7 @@ def effective_rate(journal_rate: int, broker_rate: int) -> int:
     return min(rates) if rates else 0
 
 
-class MinRateError(Exception):
+class MinRateError(BrokerError):
     """An append client did not sustain the minimum data rate."""
 
 

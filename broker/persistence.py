@@ -16,11 +16,11 @@ from broker.fragment.names import content_path
 from broker.fragment.persister import Persister, PersistJob
 from broker.fragment.postfix import SpoolData, render_path_postfix
 from broker.fragment.store_io import list_fragments, open_fragment
-from broker.keyspace import KeySpace
 from broker.protocol import pb
 from broker.replica import Replica
 from broker.stores import StoreError, StoreRegistry
 from broker.stores.health import check_delete
+from cluster.keyspace import KeySpace
 
 log = logging.getLogger(__name__)
 

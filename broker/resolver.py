@@ -12,13 +12,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from broker.keyspace import KeySpace
 from broker.pipeline import routes_equivalent, same_id
 from broker.protocol import pb
 from broker.protocol.auth import Claims
 from broker.protocol.labels import journal_label_set
 from broker.protocol.paths import journal_of
 from broker.replica import Replica
+from cluster.keyspace import KeySpace
 
 log = logging.getLogger(__name__)
 

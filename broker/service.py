@@ -21,7 +21,6 @@ from broker.append_requests import ContentChunk, as_message, parse_append_reques
 from broker.errors import BrokerError, PipelineError
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.fragment import Fragment, FragmentError
-from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
 from broker.protocol.auth import Capability, Claims, KeyedAuth, authorized, verify_call
@@ -37,9 +36,10 @@ from broker.protocol.validation import (
 )
 from broker.read import RemoteOpener, URLSigner, serve_read
 from broker.replicate import serve_replicate
-from broker.rpc_decoding import tolerant
 from broker.state import BrokerState
 from broker.stores import StoreError
+from cluster.keyspace import compare_mod, delete_op, item_key, put_op, txn
+from cluster.server.rpc_decoding import tolerant
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.flow_control import TokenBucket, effective_rate
-from broker.keyspace import KeySpace, desired_replication
 from broker.peers import PeerDialer
 from broker.pipeline import PEER_TIMEOUT
 from broker.protocol import pb
 from broker.resolver import Resolver
 from broker.stores import StoreRegistry
+from cluster.keyspace import KeySpace, desired_replication
 
 
 @dataclass

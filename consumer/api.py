@@ -1,4 +1,4 @@
-"""The Shard gRPC API of a consumer process (Gazette's shard_api.go; consumer digest 8.2).
+"""The Shard gRPC API of a consumer process (Gazette's `consumer/shard_api.go`).
 
 `ShardAPI` implements `consumer.Shard` over a `ConsumerService`:
 
@@ -29,7 +29,7 @@
   malformed shard ID answers SHARD_NOT_FOUND.
 
 Other invalid requests end with INVALID_ARGUMENT naming the field; undecodable ones with INTERNAL, as
-the broker's (`broker.rpc_decoding.tolerant`).
+the broker's (`cluster.server.rpc_decoding.tolerant`).
 
 With auth keys (`--consumer.auth-keys`), every RPC first verifies its token (UNAUTHENTICATED
 otherwise): Stat and GetHints need READ, List LIST, Apply and Unassign APPLY; the token's selector,
@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 
 from broker.client.config import dial_target
-from broker.keyspace import compare_mod, delete_op, item_key, put_op, txn
 from broker.protocol import labels
 from broker.protocol import pb as bpb
 from broker.protocol.auth import Capability, Claims, KeyedAuth, authorized, verify_call
 from broker.protocol.credentials import Credentials
 from broker.protocol.validation import ValidationError
-from broker.rpc_decoding import tolerant
+from cluster.keyspace import compare_mod, delete_op, item_key, put_op, txn
+from cluster.server.rpc_decoding import tolerant
 from consumer.protocol import pb, pb_grpc
 from consumer.protocol.shard_spec import hint_primary_key, label_set_ext
 from consumer.protocol.validation import (
@@ -365,7 +365,7 @@ def _id_labels(shard_id: str) -> bpb.LabelSet:
 
 def add_shard_service(api: ShardAPI, server: grpc.aio.Server) -> None:
     """Register `api` as the generated `add_ShardServicer_to_server` does, except that a request
-    that does not decode ends its RPC with INTERNAL (see `broker.rpc_decoding`)."""
+    that does not decode ends its RPC with INTERNAL (see `cluster.server.rpc_decoding`)."""
 
     class Capture:
         def __init__(self) -> None:

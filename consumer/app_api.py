@@ -1,5 +1,6 @@
 """Building APIs: an application's own gRPC services and HTTP routes on the consumer's one port
-(Gazette's `InitApplication` and "Building APIs"; consumer digest 8.1 and 9.2).
+(Gazette's `InitApplication` and "Building APIs"; `consumer/resolver.go`,
+`mainboilerplate/runconsumer/run_consumer.go`).
 
 An application may define::
 
@@ -20,7 +21,7 @@ starts and the member announces itself; an exception from it fails the start. `c
   through `read_through`); call `res.done()` when finished with them. A remote primary's carries
   the header to forward: `res.header` names the primary and its route's endpoints.
 - `await ctx.serve(shard_id, local=..., proxy=..., proxy_header=None)`: the whole pattern, with
-  the reference's proxy semantics: resolve; run `local(res)` with the local store (releasing it
+  Gazette's proxy semantics (`consumer/shard_api.go`): resolve; run `local(res)` with the local store (releasing it
   after), or `proxy(res)` to forward the request, carrying `res.header`, to the primary
   (`ctx.channel_to(res)` is a gRPC channel to it). A request that arrived proxied (with a header)
   is never proxied again: if this process is not the shard's primary, it fails with
@@ -49,17 +50,18 @@ import logging
 import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 import h11
 
 from broker.client.config import dial_target
 from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
-from broker.peers import CHANNEL_OPTIONS
 from broker.protocol import pb as bpb
 from broker.protocol.credentials import TLSFiles
-from broker.tls import client_context
+from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.tls import client_context
+from consumer.errors import ConsumerError
 from consumer.protocol import pb as cpb
 from consumer.resolver import Resolution, ResolverError, ResolverStopped
 
@@ -82,7 +84,7 @@ RETRY_STATUSES = frozenset({cpb.SHARD_STOPPED, cpb.NOT_SHARD_PRIMARY, cpb.NO_SHA
 """Statuses a request this process routes outlives by resolving again once the route changes."""
 
 
-class ShardUnavailable(Exception):
+class ShardUnavailable(ConsumerError):
     """A shard that cannot be served here or proxied to: its `status` (a `consumer.Status`)."""
 
     def __init__(self, shard: str, status: int, detail: str = "") -> None:
@@ -99,7 +101,7 @@ class ShardUnavailable(Exception):
         return 404 if self.status == cpb.SHARD_NOT_FOUND else 503
 
 
-class PeerUnavailable(Exception):
+class PeerUnavailable(ConsumerError):
     """A peer a request was proxied to could not answer it (unreachable, or 503): `serve` resolves
     the shard again once its route changes (and raises ShardUnavailable when it gives up)."""
 
@@ -328,6 +330,13 @@ def primary_endpoint(res: Resolution) -> str:
     return route.endpoints[route.primary] if 0 <= route.primary < len(route.endpoints) else ""
 
 
+@runtime_checkable
+class InitApplication(Protocol):
+    """The optional API hook of an Application (see the module's doc and `consumer.application`)."""
+
+    async def init_application(self, ctx: AppContext) -> None: ...
+
+
 __all__ = [
     "PROXY_HEADER",
     "RETRY_STATUSES",
@@ -336,6 +345,7 @@ __all__ = [
     "HttpHandler",
     "HttpRequest",
     "HttpResponse",
+    "InitApplication",
     "PeerUnavailable",
     "RouteError",
     "RouteTable",

@@ -15,7 +15,7 @@
 Optional (`BeginFinisher`): `begin_txn(shard, store)` before a transaction's first message, and
 `finished_txn(shard, store, committed)` once it is started, with the commit's future.
 
-Optional (`InitApplication`, Gazette's `InitApplication`; "Building APIs" in docs/consumers.md):
+Optional (`consumer.app_api.InitApplication`, Gazette's `InitApplication`; "Building APIs" in docs/consumers.md):
 `init_application(ctx)`, awaited once before the consumer's gRPC server starts and its member
 announces, with a `consumer.app_api.AppContext`: register gRPC servicers on `ctx.server`, HTTP
 routes with `ctx.add_route(method, path, handler)`, and serve requests about a shard with
@@ -29,15 +29,16 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from consumer.errors import ConsumerError
+
 if TYPE_CHECKING:
     from broker.protocol import pb
-    from consumer.app_api import AppContext
     from consumer.message import Envelope, Message, Publisher
     from consumer.shard import Shard
     from consumer.store import OpFuture, Store
 
 
-class DeferToNextTransaction(Exception):  # Gazette: ErrDeferToNextTransaction (a signal, not an error).
+class DeferToNextTransaction(ConsumerError):  # Gazette: ErrDeferToNextTransaction (a signal, not an error).
     """Raised by `consume_message`: end the transaction before this message, which the next one
     consumes first. Raising it for a transaction's first message fails the shard."""
 
@@ -64,10 +65,3 @@ class BeginFinisher(Protocol):
     async def begin_txn(self, shard: Shard, store: Store) -> None: ...
 
     def finished_txn(self, shard: Shard, store: Store, committed: OpFuture) -> None: ...
-
-
-@runtime_checkable
-class InitApplication(Protocol):
-    """The optional API hook of an Application (see the module's doc and `consumer.app_api`)."""
-
-    async def init_application(self, ctx: AppContext) -> None: ...

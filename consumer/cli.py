@@ -19,11 +19,12 @@ from typing import Annotated, Any
 import typer
 
 from broker import cli as broker_cli
-from broker import logs
 from broker.errors import GazetteError
-from broker.logs import LogFormat
 from broker.protocol.credentials import TLSFiles
-from broker.tls import ServerTLS
+from cluster.server import logs
+from cluster.server.logs import LogFormat
+from cluster.server.tls import ServerTLS
+from consumer.errors import ConsumerError
 from consumer.process import (
     ApplicationLoadError,
     ConsumerConfig,
@@ -320,7 +321,7 @@ PEER_TLS_FLAGS = ("--consumer.peer-cert-file", "--consumer.peer-cert-key-file", 
 BROKER_TLS_FLAGS = ("--broker.cert-file", "--broker.cert-key-file", "--broker.trusted-ca-file")
 
 
-class StartError(Exception):
+class StartError(ConsumerError):
     """The consumer could not start (etcd unreachable, port taken, ...): one line, exit status 1."""
 
 

@@ -1,5 +1,5 @@
-"""The consumer's etcd keyspace (consumer digest 7): the broker's keyspace mirror, member
-announcement and allocator (`broker.keyspace`), with the consumer's schema.
+"""The consumer's etcd keyspace (Gazette's `consumer/key_space.go`): the broker's keyspace mirror, member
+announcement and allocator (`cluster.keyspace`), with the consumer's schema.
 
 Under the application's own root (`--etcd.prefix`, by default `/gazette/consumers/<app>`), with
 the broker's layout:
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from broker.keyspace import Assignment, KeySpaceSchema
 from broker.protocol import pb as bpb
+from cluster.keyspace import Assignment, KeySpaceSchema
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import desired_replication
 from consumer.protocol.validation import validate_consumer_spec, validate_replica_status, validate_shard_spec

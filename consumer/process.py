@@ -1,5 +1,5 @@
 """A consumer process (`gazette consume MODULE:ATTR`): the application, its ConsumerService, and
-one port serving the Shard gRPC API and HTTP (consumer digest 9.2).
+one port serving the Shard gRPC API and HTTP (Gazette's `mainboilerplate/runconsumer/run_consumer.go`).
 
 - `load_application("module:attr")` imports the application object as uvicorn loads `main:app`.
 - `ConsumerProcess` wires the broker's parts, reused rather than copied: etcd (`open_etcd`, here
@@ -45,23 +45,24 @@ from prometheus_client.registry import Collector
 from broker.client import Credentials, JournalClient, TLSFiles
 from broker.gateway import DebugConfig, HttpGateway
 from broker.gateway.app_routes import RouteTable
-from broker.keyspace import open_etcd
-from broker.keyspace.etcd import EtcdConnection
-from broker.listener import OnePortListener
-from broker.peers import CHANNEL_OPTIONS
 from broker.protocol.auth import KeyedAuth
-from broker.server import (
+from cluster.keyspace import open_etcd
+from cluster.keyspace.etcd import EtcdConnection
+from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.listener import OnePortListener
+from cluster.server.process import (
     STOP_GRACE,
     etcd_credentials,
     grpc_server_options,
     handle_stop_signals,
     start_unless_stopped,
 )
-from broker.tls import ServerTLS
-from consumer import transaction as _transaction  # noqa: F401  (registers the transaction metrics)
+from cluster.server.tls import ServerTLS
+from consumer import txn_metrics as _txn_metrics  # noqa: F401  (registers the transaction metrics)
 from consumer.api import ShardAPI, add_shard_service
 from consumer.app_api import AppContext
 from consumer.application import Application
+from consumer.errors import ConsumerError
 from consumer.keyspace import default_root
 from consumer.protocol import pb as cpb
 from consumer.replica import HINTS_INTERVAL
@@ -73,11 +74,11 @@ REQUIRED_METHODS = ("new_store", "new_message", "consume_message", "finalize_txn
 """What an application object must have (consumer.application.Application)."""
 
 
-class ApplicationLoadError(Exception):
+class ApplicationLoadError(ConsumerError):
     """`MODULE:ATTR` does not name an application; the message says what is wrong."""
 
 
-class ApplicationInitError(ValueError):
+class ApplicationInitError(ConsumerError, ValueError):
     """The application's `init_application` failed (or is not a coroutine function)."""
 
 

@@ -1,12 +1,13 @@
-"""A shard replica: the lifecycle of one shard assigned to this consumer process (consumer digest 4.2, 7).
+"""A shard replica: the lifecycle of one shard assigned to this consumer process (Gazette's
+`consumer/shard.go`; its recovery is `consumer/recovery.py`, as Gazette's `recovery.go`).
 
 The `ConsumerService` keeps one `Replica` per local assignment and tells it of every change of its
 assignment (`update`). A replica is what the application's handlers see as the `Shard`.
 
 - Every replica of a shard with a recovery log (`recovery_log_prefix` set) begins recovery at once
-  (Gazette's beginRecovery): it fetches the shard's hints from etcd, picks the primary's, else the
-  first backup, else none (`pick_first_hints`), and plays the log into a new temporary directory
-  with a `Player` (which checks the log's content-type).
+  (Gazette's beginRecovery, `consumer/recovery.py`): it fetches the shard's hints from etcd, picks
+  the primary's, else the first backup, else none (`pick_first_hints`), and plays the log into a
+  new temporary directory with a `Player` (which checks the log's content-type).
 - At a standby slot (slot > 0) it serves as a standby (Gazette's serveStandby): it reports
   BACKFILL while the player catches up, then STANDBY once the player tails the log's head (a hot
   standby: the player keeps applying what the primary records). A shard without a recovery log
@@ -14,7 +15,7 @@ assignment (`update`). A replica is what the application's handlers see as the `
 - At slot 0 it serves as primary (Gazette's servePrimary): it waits (bounded) until no other
   replica of the shard still reports PRIMARY (an in-place hand-off re-keys the old primary to a
   standby slot, and that replica stops and becomes a standby), then completes recovery (Gazette's
-  completeRecovery): a new random author, `inject_handoff` (the no-op fencing the previous
+  completeRecovery, `consumer/recovery.py`): a new random author, `inject_handoff` (the no-op fencing the previous
   primary's Recorder out of the log), playback done, `Recorder.open` continuing the player's FSM
   in its directory; a promoted hot standby only reads what was recorded since it last caught up.
   It builds the store (`app.new_store(shard, recorder)`; the recorder is None without a recovery
@@ -46,58 +47,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import Counter
-
 from broker.client import AppendService, JournalClient
-from broker.keyspace import Assignment, KeySpace, item_key
-from broker.keyspace.keyspace import compare_mod, put_op, txn
+from cluster.keyspace import Assignment, KeySpace, item_key
+from cluster.keyspace.keyspace import compare_mod, put_op, txn
 from consumer.application import Application
+from consumer.channel import DEFAULT_READ_CHANNEL_SIZE, MessageChannel
 from consumer.checkpoint import flatten_producer_states, flatten_read_through
+from consumer.errors import ReplicaError
 from consumer.keyspace import encode_replica_status
 from consumer.message import Clock, Publisher, Sequencer
+from consumer.progress import ShardProgress
 from consumer.protocol import pb as cpb
 from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
-from consumer.recoverylog import (
-    FSMHints,
-    Player,
-    Recorder,
-    RecoveryLogError,
-    Resolved,
-    fetch_hints,
-    new_random_author,
-    pick_first_hints,
-    store_recorded_hints,
-    store_recovered_hints,
-)
-from consumer.transaction import (
-    DEFAULT_READ_CHANNEL_SIZE,
-    DEFAULT_RING_BUFFER_SIZE,
-    MessageChannel,
-    ShardProgress,
-    run_transactions,
-    start_reading_messages,
-)
+from consumer.recovery import Recovery, RecoveryStats, begin_recovery, complete_recovery, end_recovery
+from consumer.recoverylog import FSMHints, Recorder, store_recorded_hints, store_recovered_hints
+from consumer.source_reader import start_reading_messages
+from consumer.transaction import DEFAULT_RING_BUFFER_SIZE, run_transactions
 
 if TYPE_CHECKING:
     from consumer.store import Store
-
-SHARD_RECOVERIES_TOTAL = Counter(
-    "gazette_shard_recoveries_total",
-    "Completed recoveries of shards from their recovery logs, by whether a hot standby (already tailing the "
-    "log as STANDBY) was promoted.",
-    ["shard", "standby"],
-)
-SHARD_RECOVERY_SECONDS_TOTAL = Counter(
-    "gazette_shard_recovery_seconds_total",
-    "Cumulative seconds from a replica's promotion to the end of its playback (the hand-off no-op read back).",
-    ["shard", "standby"],
-)
 
 log = logging.getLogger(__name__)
 
@@ -140,42 +111,6 @@ def failed_status(error: BaseException | str) -> cpb.ReplicaStatus:
     if len(text) > MAX_ETCD_ERR_LEN:
         text = text[:MAX_ETCD_ERR_LEN] + TRUNCATED
     return cpb.ReplicaStatus(code=Code.FAILED, errors=[text])
-
-
-class ReplicaError(Exception):
-    """Serving a shard failed; the message has Gazette's prefix (`completeRecovery: app.NewStore: ...`)."""
-
-
-@dataclass(eq=False)
-class _Recovery:
-    """A playback of the shard's recovery log (Gazette's beginRecovery), for a standby or a primary."""
-
-    player: Player
-    dir: str
-    task: asyncio.Task[Resolved]
-    hints: FSMHints | None = None
-    """The hints playback started from, once fetched."""
-
-    @property
-    def tailing(self) -> bool:
-        return self.player.tailing.is_set()
-
-
-@dataclass
-class RecoveryStats:
-    """How the replica's last completed recovery went (for logs, metrics and tests)."""
-
-    log: str
-    was_standby: bool
-    """Whether the replica served as a hot standby (tailing the log, STANDBY) before its promotion:
-    then it only read what the previous primary recorded since it last caught up."""
-    was_tailing: bool
-    """Whether the player had already caught up with the log when the hand-off began."""
-    playback_seconds: float
-    """Seconds from the promotion to the end of playback (the hand-off no-op read back)."""
-    live_files: int
-    hinted: bool
-    """Whether playback started from stored hints (else from the start of the log)."""
 
 
 class Replica:
@@ -223,7 +158,7 @@ class Replica:
         """How the last completed recovery went."""
         self.recovered_hints: FSMHints | None = None
         """The hints of the state recovery ended with (stored as backup.0)."""
-        self._recovery: _Recovery | None = None
+        self._recovery: Recovery | None = None
         self._standby = False  # The current recovery served a STANDBY.
         self._graceful = True
         self._task: asyncio.Task[None] | None = None
@@ -236,7 +171,7 @@ class Replica:
 
     @property
     def fqn(self) -> str:
-        """The shard's etcd item key, `<root>/items/<id>` (the digest's FQN)."""
+        """The shard's etcd item key, `<root>/items/<id>` (Gazette's `consumer/key_space.go` FQN)."""
         return self._fqn
 
     @property
@@ -346,75 +281,29 @@ class Replica:
         """Whether a playback of the recovery log has caught up with its head (a hot standby)."""
         return self._recovery is not None and self._recovery.tailing
 
-    def _begin_recovery(self) -> _Recovery:
-        """Gazette's beginRecovery: fetch hints, then play the log into a new temporary directory."""
-        if self._recovery is not None:
-            return self._recovery
-        spec = self._spec
-        player = Player()
-        dir = tempfile.mkdtemp(prefix=self.id.replace("/", "_") + "-")
-
-        async def play() -> Resolved:
-            try:
-                fetched = await fetch_hints(self._etcd, spec)
-            except Exception as exc:
-                raise ReplicaError(f"beginRecovery: fetching hints: {exc}") from exc
-            hints = pick_first_hints(fetched.hints, recovery_log(spec))
-            recovery.hints = hints
-            log.info("playing the recovery log", extra={
-                "shard": self.id, "log": hints.log, "dir": dir, "hinted_nodes": len(hints.live_nodes)})
-            try:
-                return await player.play(hints, dir, self._journal_client)
-            except RecoveryLogError as exc:
-                raise ReplicaError(f"playLog: {exc}") from exc
-
-        recovery = _Recovery(player, dir, asyncio.ensure_future(play()))
-        recovery.task.add_done_callback(_quiet)
-        self._recovery = recovery
-        return recovery
+    def _begin_recovery(self) -> Recovery:
+        """Gazette's beginRecovery (`consumer.recovery.begin_recovery`), once per serving."""
+        if self._recovery is None:
+            self._recovery = begin_recovery(self.id, self._etcd, self._spec, self._journal_client)
+        return self._recovery
 
     async def _end_recovery(self) -> None:
         """Cancel any playback and remove its directory."""
         recovery, self._recovery = self._recovery, None
         self._standby = False
-        if recovery is None:
-            return
-        recovery.task.cancel()
-        await asyncio.gather(recovery.task, return_exceptions=True)
-        await asyncio.to_thread(shutil.rmtree, recovery.dir, True)
+        if recovery is not None:
+            await end_recovery(recovery)
 
     async def _complete_recovery(self, ajc: AppendService) -> Recorder:
-        """Gazette's completeRecovery up to the Recorder: hand the log off to a new author, finish
-        playback, and record from there on."""
+        """Gazette's completeRecovery up to the Recorder (`consumer.recovery.complete_recovery`)."""
         recovery = self._recovery if self._recovery is not None else self._begin_recovery()
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        was_tailing, was_standby = recovery.tailing, self._standby
-        author = new_random_author()
-        recovery.player.inject_handoff(author)
-        try:
-            resolved = await asyncio.shield(recovery.task)
-        except ReplicaError as exc:
-            raise ReplicaError(f"completeRecovery: {exc}") from exc
-        fsm = resolved.fsm
-        self.recovered_hints = fsm.build_hints(fsm.last_log)
-        try:
-            recorder = await Recorder.open(self.recovery_log, fsm, author, resolved.dir, ajc)
-        except Exception as exc:
-            raise ReplicaError(f"completeRecovery: NewRecorder: {exc}") from exc
-        hints = recovery.hints
-        self.recovery_stats = RecoveryStats(
-            log=resolved.log, was_standby=was_standby, was_tailing=was_tailing, playback_seconds=loop.time() - started,
-            live_files=len(fsm.live_nodes), hinted=bool(hints is not None and hints.live_nodes),
-        )
-        labels = (self.fqn, "true" if was_standby else "false")
-        SHARD_RECOVERIES_TOTAL.labels(*labels).inc()
-        SHARD_RECOVERY_SECONDS_TOTAL.labels(*labels).inc(self.recovery_stats.playback_seconds)
-        log.info(
-            "completed recovery of shard %s from %s (%s; hand-off in %.3fs, %d live files)",
-            self.id, resolved.log, "promoted from a hot standby" if was_standby else "played as a new primary",
-            self.recovery_stats.playback_seconds, len(fsm.live_nodes),
-            extra={"shard": self.id, "author": author, "was_standby": was_standby, "was_tailing": was_tailing},
+
+        def recovered(hints: FSMHints) -> None:
+            self.recovered_hints = hints
+
+        recorder, self.recovery_stats = await complete_recovery(
+            recovery, shard_id=self.id, fqn=self.fqn, log_name=self.recovery_log, was_standby=self._standby,
+            ajc=ajc, recovered=recovered,
         )
         return recorder
 
@@ -686,12 +575,6 @@ class Replica:
         return None
 
 
-def _quiet(future: asyncio.Future[Any]) -> None:
-    """Mark a failed playback's exception as retrieved (the serving task reports it)."""
-    if not future.cancelled():
-        future.exception()
-
-
 def _copy(status: cpb.ReplicaStatus) -> cpb.ReplicaStatus:
     out = cpb.ReplicaStatus()
     out.CopyFrom(status)
@@ -703,9 +586,7 @@ __all__ = [
     "HANDOFF_TIMEOUT",
     "HINTS_INTERVAL",
     "MAX_ETCD_ERR_LEN",
-    "RecoveryStats",
     "Replica",
-    "ReplicaError",
     "failed_status",
     "status_backoff",
 ]

@@ -1,4 +1,4 @@
-"""`Resolver`: a shard ID to its spec, route and local primary (consumer digest 8.1).
+"""`Resolver`: a shard ID to its spec, route and local primary (Gazette's `consumer/resolver.go`).
 
 Applications use it for their own APIs (and the Shard gRPC API will): `resolve(shard_id)` answers
 from the service's keyspace mirror, after waiting for a minimum etcd revision when asked (a
@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol import pb as bpb
+from consumer.errors import ConsumerError
 from consumer.protocol import pb as cpb
 
 if TYPE_CHECKING:
+    from cluster.keyspace import KeySpace
     from consumer.replica import Replica
-    from consumer.service import ConsumerService
     from consumer.store import Store
 
 Status = cpb.Status
@@ -37,7 +38,7 @@ MISSING_MEMBER = ("local ConsumerSpec", "missing from Etcd")
 """The process ID a header carries when this member's key is gone (Gazette's placeholder)."""
 
 
-class ResolverError(Exception):
+class ResolverError(ConsumerError):
     """A resolution that cannot be answered with a status."""
 
 
@@ -71,10 +72,14 @@ class Resolution:
 
 
 class Resolver:
-    """Resolves shards against a `ConsumerService`'s keyspace and replicas."""
+    """Resolves shards against a consumer member's keyspace mirror and its replicas: `member_id` is
+    the member's (zone, suffix), `replicas` its live map of shard ID to Replica (the service's own,
+    updated in place)."""
 
-    def __init__(self, service: ConsumerService) -> None:
-        self._service = service
+    def __init__(self, keyspace: KeySpace, member_id: tuple[str, str], replicas: Mapping[str, Replica]) -> None:
+        self._keyspace = keyspace
+        self._member_id = member_id
+        self._replicas = replicas
         self._stopped = False
 
     def stop(self) -> None:
@@ -86,8 +91,8 @@ class Resolver:
         return self._stopped
 
     def _process_id(self) -> bpb.ProcessSpec.ID:
-        keyspace = self._service.keyspace
-        zone, suffix = self._service.member_id
+        keyspace = self._keyspace
+        zone, suffix = self._member_id
         if (zone, suffix) not in keyspace.members:
             zone, suffix = MISSING_MEMBER
         return bpb.ProcessSpec.ID(zone=zone, suffix=suffix)
@@ -102,7 +107,7 @@ class Resolver:
         min_revision: int = 0,
     ) -> Resolution:
         """Resolve `shard_id` (see the module's doc)."""
-        keyspace = self._service.keyspace
+        keyspace = self._keyspace
         if proxy_header is not None:
             ours = keyspace.etcd_header()
             if proxy_header.etcd.cluster_id != ours.cluster_id:
@@ -111,7 +116,7 @@ class Resolver:
                     f"{ours.cluster_id})"
                 )
             pid = proxy_header.process_id
-            if (pid.zone or pid.suffix) and (pid.zone, pid.suffix) != self._service.member_id:
+            if (pid.zone or pid.suffix) and (pid.zone, pid.suffix) != self._member_id:
                 local = self._process_id()
                 raise ResolverError(
                     f"request ProcessId doesn't match our own ({pid.zone}#{pid.suffix} vs "
@@ -135,7 +140,7 @@ class Resolver:
             status = Status.SHARD_NOT_FOUND
         elif primary is None:
             status = Status.NO_SHARD_PRIMARY
-        elif not may_proxy and (primary.zone, primary.suffix) != self._service.member_id:
+        elif not may_proxy and (primary.zone, primary.suffix) != self._member_id:
             status = Status.NOT_SHARD_PRIMARY
         else:
             status = Status.OK
@@ -144,12 +149,12 @@ class Resolver:
             return Resolution(status, header, spec)
 
         assert primary is not None
-        if (primary.zone, primary.suffix) != self._service.member_id:
+        if (primary.zone, primary.suffix) != self._member_id:
             return Resolution(status, header, spec)  # A remote primary: the caller proxies.
 
         if self._stopped:
             raise ResolverStopped()
-        replica = self._service.replicas.get(shard_id)
+        replica = self._replicas.get(shard_id)
         if replica is None or not replica.is_primary:
             # The keyspace says so, but the replica has not caught up: it will momentarily.
             return Resolution(Status.SHARD_STOPPED, header, spec)
@@ -165,7 +170,7 @@ class Resolver:
 
     def shards_with_source(self, journal: str) -> list[cpb.ShardSpec]:
         """Specs of the shards that read `journal`, in shard ID order."""
-        items = self._service.keyspace.items
+        items = self._keyspace.items
         return [
             items[shard_id].spec
             for shard_id in sorted(items)

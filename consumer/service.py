@@ -1,4 +1,4 @@
-"""`ConsumerService`: a consumer application's process in its keyspace (consumer digest 7).
+"""`ConsumerService`: a consumer application's process in its keyspace (Gazette's `consumer/service.go`).
 
 Given an etcd client, the application's keyspace root (`--etcd.prefix`), this process's
 ConsumerSpec (zone, suffix, endpoint, shard_limit), a JournalClient for the brokers and the
@@ -36,9 +36,9 @@ import logging
 from typing import Any, Final
 
 from broker.client import JournalClient
-from broker.keyspace import Announcement, Assignment, KeySpace, run_allocator
-from broker.keyspace.allocator import MAX_REPLICATION
-from broker.keyspace.announce import LEASE_TTL
+from cluster.keyspace import Announcement, Assignment, KeySpace, run_allocator
+from cluster.keyspace.allocator import MAX_REPLICATION
+from cluster.keyspace.announce import LEASE_TTL
 from consumer.application import Application
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.protocol import pb as cpb
@@ -91,9 +91,9 @@ class ConsumerService:
         self.announcement = Announcement(
             etcd, self.root, spec, schema=CONSUMER_SCHEMA, ttl=lease_ttl, on_lost=self._on_lease_lost, log=log
         )
-        self.resolver = Resolver(self)
         self.replicas: dict[str, Replica] = {}
-        """This member's shards by ID."""
+        """This member's shards by ID (the resolver reads it: updated in place)."""
+        self.resolver = Resolver(self.keyspace, self.member_id, self.replicas)
         self.lost = asyncio.Event()
         """Set once the member's lease is lost: the process no longer serves anything."""
         self._stop_allocator = asyncio.Event()
@@ -176,7 +176,8 @@ class ConsumerService:
         tasks = [t for t in (allocator, keepalive) if t is not None]
         for task in tasks:
             task.cancel()
-        replicas, self.replicas = list(self.replicas.values()), {}
+        replicas = list(self.replicas.values())
+        self.replicas.clear()  # In place: the resolver reads this map.
         # Cancels each serving task; no last recorded hints are stored, as a crash stores none.
         closing = [asyncio.ensure_future(r.close(graceful=False)) for r in replicas]
         watch = asyncio.ensure_future(self.keyspace.close())
@@ -213,7 +214,8 @@ class ConsumerService:
             await asyncio.gather(task, return_exceptions=True)
             if not task.cancelled() and (exc := task.exception()) is not None:
                 log.error("the allocator had failed: %s", exc, exc_info=exc)
-        replicas, self.replicas = list(self.replicas.values()), {}
+        replicas = list(self.replicas.values())
+        self.replicas.clear()  # In place: the resolver reads this map.
         await asyncio.gather(*(r.close() for r in replicas), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
         await self.keyspace.close()

@@ -2,7 +2,7 @@
 
 A store commits a shard's `Checkpoint` (source offsets, producer states, ACK intents; see
 `consumer.protocol`) atomically with the state the application wrote in the same transaction,
-as Gazette's `consumer.Store` does (reference 5):
+as Gazette's `consumer.Store` does (`consumer/interfaces.go`):
 
 - `start_commit` must wait for every future of `wait_for` (the appends of messages the
   transaction published; their results are not used) and fail if any of them fails; it

@@ -26,7 +26,12 @@ One step (`Transactions.txn_step`) is one event:
 
 `txn_run` takes the steps that need no waiting (1, and 2 or 3 with an envelope queued and no
 barrier resolved) by `txn_steps_ready`, a loop of the same transitions in the same order without
-txn_step's dispatch; readers hand envelopes over a list at a time (`MessageChannel.send_all`).
+txn_step's dispatch, calling the same handlers (`txn_tick`, `txn_read_sync`, `txn_consume`,
+`txn_consume_message`); readers hand envelopes over a list at a time (`MessageChannel.send_all`).
+
+Beside it: `consumer/channel.py` (the `MessageChannel`), `consumer/timer.py` (`TxnTimer`,
+`LoopTimer`), `consumer/progress.py` (`ShardProgress`), `consumer/txn_metrics.py` (`TxnPhase` and
+the metrics) and `consumer/source_reader.py` (the default reader of a shard's sources).
 
 Injected inputs: the Shard, its Application and Store, the `MessageChannel`, the Sequencer,
 the Publisher (whose AppendService also carries the ACK appends), a `TxnTimer` (`LoopTimer`
@@ -45,22 +50,19 @@ AppendService, so later appends to their journals queue behind them.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import dataclasses
 import enum
 import functools
 import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Protocol, TypeAlias
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeAlias
 
-from prometheus_client import Counter
-
-from broker.client import AppendService, AsyncAppend, JournalClient, JournalNotFound
+from broker.client import AppendService, AsyncAppend, JournalNotFound
 from broker.protocol import pb
 from consumer.application import Application, DeferToNextTransaction
+from consumer.channel import CLOSED, EMPTY, Marker, MessageChannel, resolve_watcher
 from consumer.checkpoint import build_checkpoint
+from consumer.errors import ConsumerError
 from consumer.message import (
     Envelope,
     Publisher,
@@ -68,18 +70,17 @@ from consumer.message import (
     Sequencer,
     fetch_journal_spec,
     read_uncommitted,
-    read_uncommitted_batches,
 )
+from consumer.progress import ProgressFunc
 from consumer.protocol import pb as cpb
 from consumer.shard import Shard
+from consumer.source_reader import message_factory
 from consumer.store import OpFuture, Store
+from consumer.timer import LoopTimer, TxnTimer
+from consumer.txn_metrics import ShardCounters, TxnPhase, record_metrics
 
 log = logging.getLogger(__name__)
 
-DEFAULT_READ_CHANNEL_SIZE: Final = 256
-"""Capacity of a shard's MessageChannel when its spec's `read_channel_size` is 0. Gazette's is 8192,
-for goroutines decoding in parallel; here readers and transactions share one thread, and envelopes
-decoded far ahead are cold when consumed: bench_consumer ran 79k msg/s at 8192, 89k at 256."""
 DEFAULT_RING_BUFFER_SIZE: Final = 8192
 """Ring size of a shard's Sequencer when its spec's `ring_buffer_size` is 0."""
 YIELD_EVERY_STEPS: Final = 256
@@ -88,24 +89,7 @@ message): in bench_consumer 256 beat 128 by 3-4% (512 starves the readers in-pro
 SEQUENCER_PRUNE_HORIZON_NS: Final = 24 * 3600 * 10**9
 """Producers idle this long before their journal's newest ACK are dropped from checkpoints."""
 
-SHARD_TXN_TOTAL = Counter("gazette_shard_transactions_total", "Total number of consumer transactions.", ["shard"])
-SHARD_READ_MSGS_TOTAL = Counter(
-    "gazette_shard_read_messages_total",
-    "Total number of messages processed by completed consumer transactions.",
-    ["shard"],
-)
-SHARD_READ_BYTES_TOTAL = Counter(
-    "gazette_shard_read_bytes_total",
-    "Total byte-length of messages processed by completed consumer transactions.",
-    ["shard"],
-)
-SHARD_PHASE_SECONDS_TOTAL = Counter(
-    "gazette_shard_phase_seconds_total", "Cumulative number of seconds processing transactions.",
-    ["shard", "phase", "type"],
-)
-
-
-class TransactionError(Exception):
+class TransactionError(ConsumerError):
     """A transaction failed; the message carries Gazette's error prefixes, e.g.
     `txnStartCommit: app.FinalizeTxn: finalize error`. The original error is the `__cause__`."""
 
@@ -122,334 +106,7 @@ def _cause(err: BaseException) -> BaseException:
 
 
 # ---------------------------------------------------------------------------------------------
-# The message channel.
-
-
-class _Marker(enum.Enum):
-    EMPTY = "empty"
-    CLOSED = "closed"
-
-
-EMPTY: Final = _Marker.EMPTY
-"""`MessageChannel.poll()`: nothing to receive now."""
-CLOSED: Final = _Marker.CLOSED
-"""`MessageChannel.poll()`: the channel is closed and drained; nothing will ever come."""
-
-EnvelopeOrError: TypeAlias = "Envelope[Any] | Exception"
-"""An item of a MessageChannel: a read-uncommitted envelope, or the error that ended a reader."""
-
-
-class ChannelClosed(Exception):
-    """Sending to a closed MessageChannel."""
-
-
-class WatchedEvent(asyncio.Event):
-    """An asyncio.Event that also resolves the one future watching it (`watch`) when it is set: the
-    transaction loop waits for the first of its timer, its channel and the prior barrier on one
-    future, where a task per Event and asyncio.wait cost it 37 us a wait against 11. (A TxnTimer's
-    `watch` can be this Event's.)"""
-
-    _watcher: asyncio.Future[None] | None = None
-
-    def set(self) -> None:
-        super().set()
-        _resolve(self._watcher)
-
-    def watch(self, fut: asyncio.Future[None] | None) -> None:
-        """Resolve `fut` when set (at once if set already); None stops watching."""
-        self._watcher = fut
-        if self.is_set():
-            _resolve(fut)
-
-
-def _resolve(fut: asyncio.Future[Any] | None, _done: object = None) -> None:
-    if fut is not None and not fut.done():
-        fut.set_result(None)
-
-
-class MessageChannel:
-    """A bounded FIFO of envelopes (or reader errors) from readers to the transaction loop, which can close.
-
-    `poll()` never blocks: it returns the next item, `EMPTY`, or `CLOSED` once the channel is
-    closed and drained. `wait()` waits until `poll()` would not return `EMPTY`. Senders `send`
-    one item or `send_all` a list (a reader's decoded chunk: one hand-off for many envelopes),
-    waiting while the channel is full, and `close`. A list is queued whole once there is room,
-    so it may fill the channel past its capacity by the list's length less one.
-    """
-
-    def __init__(self, capacity: int = DEFAULT_READ_CHANNEL_SIZE) -> None:
-        self.capacity = max(capacity, 1)
-        # Lists as senders queued them; poll() takes items from the first, from _pos.
-        self._lists: collections.deque[Sequence[Envelope[Any] | Exception]] = collections.deque()
-        self._pos = 0
-        self._len = 0
-        self._closed = False
-        self._readable = WatchedEvent()
-        self._writable = asyncio.Event()
-        self._writable.set()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __len__(self) -> int:
-        return self._len
-
-    def send_nowait(self, item: Envelope[Any] | Exception) -> None:
-        """Queue `item`; raises ChannelClosed if closed, asyncio.QueueFull if full."""
-        if self._closed:
-            raise ChannelClosed("send on a closed MessageChannel")
-        if self._len >= self.capacity:
-            raise asyncio.QueueFull
-        self._queue([item])
-
-    async def send(self, item: Envelope[Any] | Exception) -> None:
-        """Queue `item`, waiting while the channel is full; raises ChannelClosed if it is (or becomes) closed."""
-        await self.send_all([item])
-
-    async def send_all(self, items: Sequence[Envelope[Any] | Exception]) -> None:
-        """Queue `items` (which the channel then owns), waiting while it is full; raises ChannelClosed
-        if it is (or becomes) closed."""
-        while not self._closed and self._len >= self.capacity:
-            await self._writable.wait()
-        if self._closed:
-            raise ChannelClosed("send on a closed MessageChannel")
-        if items:
-            self._queue(items)
-
-    def _queue(self, items: Sequence[Envelope[Any] | Exception]) -> None:
-        self._lists.append(items)
-        self._len += len(items)
-        self._readable.set()
-        if self._len >= self.capacity:
-            self._writable.clear()
-
-    def close(self) -> None:
-        """No more items: once the queued ones are received, `poll()` returns CLOSED."""
-        self._closed = True
-        self._readable.set()
-        self._writable.set()
-
-    def take(self, limit: int) -> list[Envelope[Any] | Exception]:
-        """Up to `limit` of the next items, without waiting (fewer when the first queued list has
-        fewer; none when empty). `put_back` returns those left unprocessed to the front."""
-        lists = self._lists
-        if not lists or limit < 1:
-            return []
-        first, pos = lists[0], self._pos
-        if pos == 0 and len(first) <= limit and type(first) is list:
-            items = first  # The channel owns a list sent to it: handed on whole, not copied.
-        else:
-            items = list(first[pos : pos + limit])
-        if pos + len(items) == len(first):
-            lists.popleft()
-            self._pos = 0
-        else:
-            self._pos = pos + len(items)
-        self._on_taken(len(items))
-        return items
-
-    def put_back(self, items: list[Envelope[Any] | Exception]) -> None:
-        """Return the last items the last `take` gave, unprocessed, to the front of the channel
-        (with no take or poll between)."""
-        if not items:
-            return
-        if self._pos >= len(items):
-            self._pos -= len(items)  # They are still in the first list, just before _pos.
-        else:
-            self._lists.appendleft(items)
-            self._pos = 0
-        self._len += len(items)
-        self._readable.set()
-        if self._len >= self.capacity:
-            self._writable.clear()
-
-    def _on_taken(self, count: int) -> None:
-        # Only the events this can change.
-        size = self._len = self._len - count
-        if size == 0 and not self._closed:
-            self._readable.clear()
-        if size < self.capacity <= size + count:
-            self._writable.set()
-
-    def poll(self) -> Envelope[Any] | Exception | _Marker:
-        """The next item, EMPTY if none is queued, or CLOSED if none ever will be."""
-        lists = self._lists
-        if lists:
-            first = lists[0]
-            pos = self._pos
-            item = first[pos]
-            if pos + 1 == len(first):
-                lists.popleft()
-                self._pos = 0
-            else:
-                self._pos = pos + 1
-            self._on_taken(1)
-            return item
-        return CLOSED if self._closed else EMPTY
-
-    async def wait(self) -> None:
-        """Wait until `poll()` would return an item or CLOSED."""
-        await self._readable.wait()
-
-    def watch(self, fut: asyncio.Future[None] | None) -> None:
-        """Resolve `fut` once `poll()` would return an item or CLOSED (at once if it would now);
-        None stops watching."""
-        self._readable.watch(fut)
-
-
-# ---------------------------------------------------------------------------------------------
-# Timers.
-
-
-class TxnTimer(Protocol):
-    """Gazette's txnTimer {C, Reset, Stop, Now}: the one timer a transaction loop arms.
-
-    It fires once per `reset`, delivering the time it fired at ("tick") to one `poll()`.
-    """
-
-    def reset(self, duration_ns: int) -> None:
-        """Arm the timer to fire `duration_ns` from now (discarding an unreceived tick)."""
-        ...
-
-    def stop(self) -> bool:
-        """Disarm the timer and discard an unreceived tick; True if it was armed and had not fired."""
-        ...
-
-    def poll(self) -> int | None:
-        """Receive the tick (its time, ns) if the timer fired; None otherwise. Never blocks."""
-        ...
-
-    def watch(self, fut: asyncio.Future[None] | None) -> None:
-        """Resolve `fut` once `poll()` would return a tick (at once if it would now); None stops watching."""
-        ...
-
-    def now(self) -> int:
-        """The current wall-clock time, in Unix nanoseconds."""
-        ...
-
-
-class LoopTimer:
-    """A TxnTimer on the running event loop (`loop.call_later`); `now()` is `time.time_ns()`."""
-
-    def __init__(self, now: Callable[[], int] = time.time_ns) -> None:
-        self._now = now
-        self._handle: asyncio.TimerHandle | None = None
-        self._tick: int | None = None
-        self._fired = WatchedEvent()
-
-    def now(self) -> int:
-        return self._now()
-
-    def reset(self, duration_ns: int) -> None:
-        self.stop()
-        self._handle = asyncio.get_running_loop().call_later(max(duration_ns, 0) / 1e9, self._fire)
-
-    def _fire(self) -> None:
-        self._handle = None
-        self._tick = self._now()
-        self._fired.set()
-
-    def stop(self) -> bool:
-        armed = self._handle is not None
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self._tick = None
-        self._fired.clear()
-        return armed
-
-    def poll(self) -> int | None:
-        tick, self._tick = self._tick, None
-        if tick is not None:
-            self._fired.clear()
-        return tick
-
-    def watch(self, fut: asyncio.Future[None] | None) -> None:
-        self._fired.watch(fut)
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress.
-
-ProgressFunc: TypeAlias = Callable[[Mapping[str, int], Mapping[str, int]], None]
-"""Called with updated read-through offsets (by source journal) and publish-at offsets (by
-journal ACKed: the end of the ACK's append), when a transaction completes or an idle shard
-reads a message that starts none."""
-
-
-class ShardProgress:
-    """A ProgressFunc that accumulates the shard's progress for Stat, and signals each update.
-
-    `signal` is a future resolved at the next update (then replaced), as Gazette's
-    `progress.signalCh` is closed and remade.
-    """
-
-    def __init__(self) -> None:
-        self.read_through: dict[str, int] = {}
-        self.publish_at: dict[str, int] = {}
-        self.updates = 0
-        self._signal: asyncio.Future[None] | None = None
-
-    @property
-    def signal(self) -> asyncio.Future[None]:
-        """Resolves at the next update."""
-        if self._signal is None:
-            self._signal = asyncio.get_running_loop().create_future()
-        return self._signal
-
-    def __call__(self, read_through: Mapping[str, int], publish_at: Mapping[str, int]) -> None:
-        self.read_through.update(read_through)
-        self.publish_at.update(publish_at)
-        self.updates += 1
-        signal, self._signal = self._signal, None
-        if signal is not None and not signal.done():
-            signal.set_result(None)
-
-    async def wait_for(self, read_through: Mapping[str, int]) -> None:
-        """Wait until the shard has read through at least `read_through` (Stat's condition)."""
-        while any(self.read_through.get(j, 0) < o for j, o in read_through.items()):
-            await self.signal
-
-
-# ---------------------------------------------------------------------------------------------
 # Transactions.
-
-
-class TxnPhase(enum.Enum):
-    """Where a transaction is; values are the labels of Gazette's phase metrics."""
-
-    NOT_RUNNING = "10-not-running"
-    """No message consumed yet."""
-    CONSUMING = "20-consuming"
-    STALLED = "30-stalled"
-    """The max duration elapsed while the prior transaction was still committing: no more reads."""
-    PREPARING = "40-preparing"
-    """FinalizeTxn, the checkpoint, StartCommit."""
-    COMMITTING = "50-committing"
-    """The store commit is in flight (the next transaction runs meanwhile)."""
-    ACKNOWLEDGING = "60-acknowledging"
-    """Committed; its ACK appends are in flight."""
-    DONE = "done"
-    """Committed and acknowledged."""
-
-
-_PHASE_KINDS: Final = (
-    (TxnPhase.NOT_RUNNING, "sync"), (TxnPhase.CONSUMING, "sync"), (TxnPhase.STALLED, "sync"),
-    (TxnPhase.PREPARING, "sync"), (TxnPhase.COMMITTING, "async"), (TxnPhase.ACKNOWLEDGING, "async"),
-)
-
-
-class _ShardCounters:
-    """A shard's labelled transaction counters, looked up once (`labels()` costs a lock and a
-    dict lookup, at every transaction of a shard that commits hundreds a second)."""
-
-    def __init__(self, fqn: str) -> None:
-        self.fqn = fqn
-        self.txns = SHARD_TXN_TOTAL.labels(fqn)
-        self.messages = SHARD_READ_MSGS_TOTAL.labels(fqn)
-        self.bytes = SHARD_READ_BYTES_TOTAL.labels(fqn)
-        self.phases = [SHARD_PHASE_SECONDS_TOTAL.labels(fqn, phase.value, kind) for phase, kind in _PHASE_KINDS]
 
 
 Ack: TypeAlias = "AsyncAppend | asyncio.Future[Any]"
@@ -571,7 +228,7 @@ class Transactions:
         self.replay: ReplayFunc = replay if replay is not None else self._read_replay
         self.publish_clock_delta_ns = publish_clock_delta_ns
         self._specs: dict[str, pb.JournalSpec] = {}
-        self._counters: _ShardCounters | None = None
+        self._counters: ShardCounters | None = None
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -720,8 +377,7 @@ class Transactions:
         polled first), and consume it in the same pass when the sequencer commits it alone (the
         usual message); otherwise, and at a tick or the transaction's first message, stop for
         txn_steps_ready to go on. Each item read is removed from `items`; the rest go back."""
-        dequeue_lone, step, poll_timer = self.sequencer.dequeue_lone, self.sequencer.step, self.timer.poll
-        consume, shard, store, publisher = self.app.consume_message, self.shard, self.store, self.publisher
+        dequeue_lone, poll_timer = self.sequencer.dequeue_lone, self.timer.poll
         steps = read = 0
         try:
             for item in items:
@@ -743,20 +399,7 @@ class Transactions:
                 # Consumed at once, as the next step: nothing was awaited since the timer was
                 # polled, so it cannot have fired since (txn_consume less its first-message part).
                 steps += 1
-                try:
-                    if (pending := consume(shard, store, item, publisher)) is not None:
-                        await pending  # A coroutine: consume_message is `async def`.
-                except Exception as e:
-                    self.txn_consume_failed(txn, e)
-                    break
-                # txn_consumed, inline (a call less a message).
-                txn.consumed_count += 1
-                txn.consumed_bytes += item.end - item.begin
-                try:
-                    step()
-                except Exception as e:
-                    raise _wrap("sequencer.Step", e) from _cause(e)
-                if txn.channel is None:
+                if not await self.txn_consume_message(txn, item) or txn.channel is None:
                     break
         finally:
             del items[:read]
@@ -820,7 +463,7 @@ class Transactions:
 
     def _poll_events(
         self, txn: Transaction, *, barrier: bool
-    ) -> tuple[_Event, int | Envelope[Any] | Exception | _Marker] | None:
+    ) -> tuple[_Event, int | Envelope[Any] | Exception | Marker] | None:
         """The first ready event, without blocking: the timer, the prior barrier, then the channel."""
         tick = self.timer.poll()
         if tick is not None:
@@ -845,7 +488,7 @@ class Transactions:
     async def _wait_watching(txn: Transaction, watch_timer: Callable[[asyncio.Future[None] | None], None]) -> None:
         """_wait_any on one future, which the timer, the channel and the barrier resolve."""
         woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        wake = functools.partial(_resolve, woken)
+        wake = functools.partial(resolve_watcher, woken)
         channel, barrier = txn.channel, txn.barrier
         watch_timer(woken)
         if channel is not None:
@@ -864,13 +507,13 @@ class Transactions:
     # -- handlers ---------------------------------------------------------------------------
 
     async def txn_read(
-        self, txn: Transaction, prev: Transaction, item: Envelope[Any] | Exception | _Marker
+        self, txn: Transaction, prev: Transaction, item: Envelope[Any] | Exception | Marker
     ) -> None:
         """Handle what the channel gave: its close, a reader's error, or an envelope to sequence."""
         if self.txn_read_sync(txn, prev, item):
             await self.txn_replay()
 
-    def txn_read_sync(self, txn: Transaction, prev: Transaction, item: Envelope[Any] | Exception | _Marker) -> bool:
+    def txn_read_sync(self, txn: Transaction, prev: Transaction, item: Envelope[Any] | Exception | Marker) -> bool:
         """txn_read up to a replay: True if the sequencer needs one (`txn_replay`) to step."""
         if item is CLOSED:
             txn.channel = None  # Closed: never select it again.
@@ -935,13 +578,19 @@ class Transactions:
             self.timer.reset(txn.min_dur)
             self.publisher.clock.update(txn.began_at + self.publish_clock_delta_ns)
 
+        await self.txn_consume_message(txn, env)
+
+    async def txn_consume_message(self, txn: Transaction, env: Envelope[Any]) -> bool:
+        """The application consumes `env`, the dequeued message, in a transaction that began: then
+        txn_consumed, else txn_consume_failed. Whether it was consumed."""
         try:
             if (pending := self.app.consume_message(self.shard, self.store, env, self.publisher)) is not None:
                 await pending  # A coroutine: consume_message is `async def`.
         except Exception as e:
             self.txn_consume_failed(txn, e)
-        else:
-            self.txn_consumed(txn, env)
+            return False
+        self.txn_consumed(txn, env)
+        return True
 
     def txn_consume_failed(self, txn: Transaction, error: Exception) -> None:
         """The application's consume_message raised `error`: a deferral ends the transaction's reading
@@ -1009,7 +658,10 @@ class Transactions:
             return  # An ACK is still in flight.
 
         prev.acked_at = now
-        self.record_metrics(prev)
+        counters = self._counters
+        if counters is None or counters.fqn != self.shard.fqn:
+            counters = self._counters = ShardCounters(self.shard.fqn)
+        record_metrics(counters, self.shard.id, prev)
         read_through = {journal: source.read_through for journal, source in prev.checkpoint.sources.items()}
         publish_at = {ack.journal: ack.result().commit.end for ack in prev.acks if isinstance(ack, AsyncAppend)}
         self.progress(read_through, publish_at)
@@ -1056,37 +708,11 @@ class Transactions:
 
     # -- support ----------------------------------------------------------------------------
 
-    def record_metrics(self, txn: Transaction) -> None:
-        """Count a completed transaction and the seconds of each of its phases."""
-        counters = self._counters
-        if counters is None or counters.fqn != self.shard.fqn:
-            counters = self._counters = _ShardCounters(self.shard.fqn)
-        counters.txns.inc()
-        counters.messages.inc(txn.consumed_count)
-        counters.bytes.inc(txn.consumed_bytes)
-        debug = log.isEnabledFor(logging.DEBUG)
-        phases: dict[str, float] = {}
-        spans = (
-            (txn.prev_prepare_done_at, txn.began_at), (txn.began_at, txn.stalled_at),
-            (txn.stalled_at, txn.prepare_began_at), (txn.prepare_began_at, txn.prepare_done_at),
-            (txn.prepare_done_at, txn.committed_at), (txn.committed_at, txn.acked_at),
-        )
-        for phase_seconds, (phase, _), (begin, end) in zip(counters.phases, _PHASE_KINDS, spans, strict=True):
-            if begin is not None and end is not None and end > begin:
-                phase_seconds.inc((end - begin) / 1e9)
-                if debug:
-                    phases[f"{phase.name.lower()}_ms"] = round((end - begin) / 1e6, 1)
-        if debug:
-            log.debug(
-                "transaction metrics",
-                extra={"shard": self.shard.id, "messages": txn.consumed_count, "bytes": txn.consumed_bytes, **phases},
-            )
-
     async def _read_replay(self, journal: str, begin: int, end: int) -> list[Envelope[Any]]:
         spec = self._specs.get(journal)
         if spec is None:
             spec = self._specs[journal] = await fetch_journal_spec(self.shard.journal_client, journal)
-        factory = _factory(self.app, spec)
+        factory = message_factory(self.app, spec)
         return [
             env
             async for env in read_uncommitted(
@@ -1105,11 +731,6 @@ class _Event(enum.Enum):
 _TICK, _BARRIER, _READ = _Event.TICK, _Event.BARRIER, _Event.READ
 _CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
 _CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
-
-
-def _factory(app: Application, spec: pb.JournalSpec) -> Callable[[str], Any]:
-    new_message = app.new_message  # Bound once: this runs once per message read.
-    return lambda _journal: new_message(spec)
 
 
 async def run_transactions(
@@ -1137,35 +758,3 @@ async def run_transactions(
     await machine.run(checkpoint, channel, hints, store_hints)
 
 
-# ---------------------------------------------------------------------------------------------
-# The default reader of a shard's sources.
-
-
-def start_reading_messages(
-    shard: Shard, app: Application, checkpoint: cpb.Checkpoint, channel: MessageChannel
-) -> list[asyncio.Task[None]]:
-    """Read each source of the shard's spec into `channel`, from its checkpointed offset (at
-    least the source's `min_offset`), one task per source; a reader's error is sent to the channel
-    and ends that reader. Cancel the tasks to stop reading."""
-    tasks = []
-    for source in shard.spec.sources:
-        offset = checkpoint.sources[source.journal].read_through if source.journal in checkpoint.sources else 0
-        offset = max(offset, source.min_offset)
-        tasks.append(
-            asyncio.ensure_future(_read_source(shard.journal_client, app, source.journal, offset, channel))
-        )
-    return tasks
-
-
-async def _read_source(
-    client: JournalClient, app: Application, journal: str, offset: int, channel: MessageChannel
-) -> None:
-    try:
-        spec = await fetch_journal_spec(client, journal)
-        async for batch in read_uncommitted_batches(client, journal, offset, _factory(app, spec), spec=spec):
-            await channel.send_all(batch)
-    except ChannelClosed:
-        return  # Nobody reads any more.
-    except Exception as e:
-        with contextlib.suppress(ChannelClosed):
-            await channel.send(e)

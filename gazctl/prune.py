@@ -1,4 +1,5 @@
-"""Choosing and deleting the fragments `gazctl journals prune` (and `shards prune`) removes (reference 5.7).
+"""Choosing and deleting the fragments `gazctl journals prune` (and `shards prune`) removes (Gazette's
+`cmd/gazctl/gazctlcmd/journals_prune.go`).
 
 A fragment is pruned when it is persisted (it has a backing store) and `now - mod_time >=
 retention`, as Gazette's gazctl does. Only fragments the brokers' index tracks are listed (the
@@ -287,7 +288,7 @@ def prunable_fragments(
 def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: Sequence[FSMHints]) -> JournalPrune:
     """The fragments of recovery log `journal` that no live file of any of `hint_sets` (a shard's
     primary and backup hints, each with live files) has data in: its Player never reads them
-    (reference 6.6). Gazette's rule for one shard: `HintedLogs` folds the sets, and
+    (`cmd/gazctl/gazctlcmd/shards_prune.go`). Gazette's rule for one shard: `HintedLogs` folds the sets, and
     `prunable_fragments` applies their segments of `journal`."""
     hinted = HintedLogs()
     for i, hints in enumerate(hint_sets):

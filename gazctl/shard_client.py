@@ -15,17 +15,15 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
 import grpc
-import typer
 
 from broker.client.config import dial_target
 from broker.errors import ConfigError
 from broker.protocol import pb as bpb
 from consumer.protocol import pb, pb_grpc
-from consumer.protocol.validation import validate_list_request
-from gazctl.commands.common import checked_selector, credentials, required_selector_text, resolve_consumer
+from gazctl.commands.common import credentials, resolve_consumer
 from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
@@ -35,38 +33,10 @@ T = TypeVar("T")
 MAX_MESSAGE_SIZE = 16 << 20
 """As Gazette's gazctl, replies of up to 16 MiB are accepted."""
 
-SelectorOption = Annotated[
-    str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of shards (the meta-label `id` is the shard's ID), e.g. 'app=counter' or 'id=shard-000'",
-    ),
-]
-RequiredSelectorOption = Annotated[
-    str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of shards (required), e.g. 'app=counter' or 'id in (shard-000, shard-001)'",
-        show_default=False,
-    ),
-]
-
 STALE_REVISION_HINT = (
     " (a shard's current revision differs from the spec's `revision`: it was changed, created or"
     " deleted since it was listed; list the shards again, or use `revision: -1` to overwrite)"
 )
-
-
-def parse_shard_selector(text: str, flag: str = "--selector") -> bpb.LabelSelector:
-    """Parse a shard selector as a ListRequest takes it; "" selects every shard."""
-    return checked_selector(text, flag, lambda selector: validate_list_request(pb.ListRequest(selector=selector)))
-
-
-def require_shard_selector(text: str) -> bpb.LabelSelector:
-    """Parse a shard selector which must be given (commands that change things)."""
-    return parse_shard_selector(required_selector_text(text, "-l id=shard-000 or -l app=counter"))
 
 
 class ShardClient:

@@ -19,8 +19,8 @@ import aetcd
 import pytest
 from grpc._cython import cygrpc
 
-from broker.keyspace.etcd import EtcdProcess, parse_address
 from broker.protocol import pb_grpc
+from cluster.keyspace.etcd import EtcdProcess, parse_address
 from tests.harness import BrokerProcess, free_port, serving_broker
 from tests.store_emulators import (
     EMULATORS,

@@ -66,8 +66,8 @@ from typing import Self
 import grpc
 import pytest
 
-from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb, pb_grpc
+from cluster.keyspace.etcd import EtcdProcess
 from tests.harness import list_routes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness import ROOT
 
-PACKAGES = ("broker", "consumer", "gazctl", "pipelines", "examples")
+PACKAGES = ("broker", "cluster", "consumer", "gazctl", "pipelines", "examples")
 
 
 def wait_for_calls(source: str) -> list[int]:

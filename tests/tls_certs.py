@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from broker.keyspace.etcd import EtcdProcess
-from broker.tls import client_context
+from cluster.keyspace.etcd import EtcdProcess
+from cluster.server.tls import client_context
 from tests.harness import BrokerProcess
 
 PrivateKey = ec.EllipticCurvePrivateKey

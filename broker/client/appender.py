@@ -1,6 +1,6 @@
 """Appending: `Appender`, one Append RPC as a writer, and `append`, one whole append.
 
-The RPC framing is Gazette's (reference 7.1): the request's parameters, content chunks, an
+The RPC framing is Gazette's (`broker/client/appender.go`): the request's parameters, content chunks, an
 empty chunk asking to commit, then end-of-stream. Closing the stream without the empty chunk,
 or cancelling it, rolls the append back: none of its bytes become visible.
 

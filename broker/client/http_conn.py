@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit
 import grpc
 from google.protobuf import text_format
 
-from broker.client.errors import TransportError
+from broker.client.errors import ClientError, TransportError
 from broker.protocol import pb
 
 IDLE_CONNECTIONS = 8
@@ -27,7 +27,7 @@ CONNECT_TIMEOUT = 10.0
 that time (the OS would keep trying for minutes), and a RetryReader tries another member."""
 
 
-class NotHttp(Exception):
+class NotHttp(ClientError):
     """The endpoint answered with something other than HTTP/1.1 (a gRPC-only server): it cannot
     have done anything with the request, and the client uses gRPC there from then on."""
 

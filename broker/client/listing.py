@@ -1,8 +1,8 @@
 """Listing and applying journals, listing fragments, and watching the set of journals a selector matches.
 
-List replies stream one snapshot as pages of at most 25 journals (reference 8.6); the helpers
+List replies stream one snapshot as pages of at most 25 journals (Gazette's `broker/list_apply_api.go`); the helpers
 here stream or join those pages, and teach the client's route cache every journal's route.
-ListFragments pages are followed by `next_page_token` (reference 8.5).
+ListFragments pages are followed by `next_page_token` (`broker/fragments_api.go`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reading journals: `Reader` (one Read RPC as an async byte stream) and `RetryReader`.
 
-`read()` follows Gazette's Reader contract (reference 8.4): it raises `OffsetJump` when the
+`read()` follows Gazette's Reader contract (`broker/client/reader.go`): it raises `OffsetJump` when the
 broker continues past the requested offset (for -1, or removed content) and the reader stays
 usable; a non-OK status ends the read with its `StatusError`. Iterating (`async for chunk in
 reader`) is the convenient form: it continues across offset jumps and ends, for non-blocking

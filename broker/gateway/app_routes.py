@@ -24,13 +24,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.errors import GatewayError
+
 log = logging.getLogger(__name__)
 
 MAX_BODY = 16 << 20
 """Largest request body a route handler is given (a larger one is answered 413)."""
 
 
-class RouteError(ValueError):
+class RouteError(GatewayError, ValueError):
     """A route that cannot be added (a bad method or path, or one already routed)."""
 
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import h11
 import httptools
 
+from broker.errors import GatewayError
+
 MAX_HEADER_BYTES = 1 << 20
 """Largest request head accepted, as Go's net/http default."""
 
@@ -59,7 +61,7 @@ class Marker(enum.Enum):
     """(PlainCodec only) The next request is not plain: hand the connection to `to_h11()`."""
 
 
-class BodyError(h11.RemoteProtocolError):
+class BodyError(h11.RemoteProtocolError, GatewayError):
     """A request body that is malformed or cut short; str() is the error Go's net/http gives a
     handler reading it (`unexpected EOF`, `invalid byte in chunk length`, ...)."""
 

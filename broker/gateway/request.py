@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import string
 
+from broker.errors import GatewayError
 from broker.protocol.paths import URLError, go_clean, parse_url, path_unescape, query_unescape
 from broker.protocol.validation import ValidationError, in_context, validate_journal
 
@@ -17,11 +18,11 @@ Metadata = tuple[tuple[str, str], ...] | None
 """gRPC metadata to pass on to the broker: the request's `Authorization`, if it has one."""
 
 
-class BadRequest(Exception):
+class BadRequest(GatewayError):
     """A request the gateway answers with 400 and this error text."""
 
 
-class BadTarget(Exception):
+class BadTarget(GatewayError):
     """A request target that Go's net/http rejects before any handler runs."""
 
 

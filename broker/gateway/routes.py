@@ -79,7 +79,7 @@ class DebugConfig:
         return await served.serve(host, self.port)
 
 
-class HeaderTooLarge(Exception):
+class _HeaderTooLarge(Exception):
     """A request header the gateway cannot pass on: answered 431 with this text."""
 
 
@@ -187,7 +187,7 @@ class HttpGateway:
             return
         try:
             metadata = authorization_metadata(request.headers)
-        except HeaderTooLarge as err:
+        except _HeaderTooLarge as err:
             await conn.error(431, str(err))
             return
         except BadRequest as err:
@@ -259,14 +259,14 @@ class HttpGateway:
 def authorization_metadata(headers: Sequence[tuple[bytes, bytes]]) -> Metadata:
     """The gRPC metadata carrying the request's (first) `Authorization` header, if it has one.
 
-    Raises HeaderTooLarge for a value longer than MAX_AUTHORIZATION_BYTES, and BadRequest for one
+    Raises _HeaderTooLarge for a value longer than MAX_AUTHORIZATION_BYTES, and BadRequest for one
     gRPC cannot carry: metadata values are printable ASCII (h11 lets through tabs and bytes >= 0x80).
     """
     for name, value in headers:
         if name != b"authorization":
             continue
         if len(value) > MAX_AUTHORIZATION_BYTES:
-            raise HeaderTooLarge(
+            raise _HeaderTooLarge(
                 f"Authorization header too large ({len(value)} bytes; expected at most {MAX_AUTHORIZATION_BYTES})"
             )
         if not all(0x20 <= b < 0x7F for b in value):

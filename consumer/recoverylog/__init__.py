@@ -1,4 +1,4 @@
-"""Gazette's recovery log (consumer reference 6): a directory's file operations recorded as an op
+"""Gazette's recovery log (Gazette's `consumer/recoverylog`): a directory's file operations recorded as an op
 stream in a journal, and played back into another directory, byte for byte.
 
 - `ops`: the wire format. Each RecordedOp is a protobuf fixed frame (a write op's payload follows

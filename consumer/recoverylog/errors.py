@@ -1,22 +1,6 @@
-"""The recovery log's errors, hung from the project's root `GazetteError`:
-
-    GazetteError
-    └── RecoveryLogError            consumer.recoverylog (log, offset, seq_no, author)
-        ├── SegmentError            a Segment is invalid, or would break a SegmentSet's invariants
-        ├── HintsError              FSMHints that no FSM can start from, or that etcd could not store
-        ├── FSMError                an op the FSM did not apply (one subclass per Gazette sentinel)
-        │   ├── NotHintedAuthorError, WrongSeqNoError, ChecksumMismatchError
-        │   ├── LinkExistsError, PropertyExistsError, NoSuchLinkError
-        │   ├── FnodeNotTrackedError     (the FSM *did* transition: see its doc)
-        │   └── ExpectedHintedFnodeError
-        ├── OpDecodeError           bytes of the log that are not a RecordedOp frame
-        ├── RecorderError           a recorded file operation that is inconsistent with the FSM
-        │   └── RecorderFailedError the Recorder cannot append any more (fenced, or an append failed)
-        └── PlaybackError           playback cannot go on (possible data loss, a file error, ...)
-            ├── ContentTypeError    the log journal is not labelled as a recovery log
-            └── BrokenHistoryError  an op that must continue the history does not (corrupt or missing log content)
-
-Each keeps Gazette's wording in `reason`; `str()` is the reason followed by the context known.
+"""The recovery log's errors, `RecoveryLogError` and its subclasses (drawn in the whole tree of
+`broker/errors.py`). Each keeps Gazette's wording in `reason`; `str()` is the reason followed by
+the context known (log, offset, seq_no, author).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The recovery log FSM (reference 6.3, Gazette's fsm.go).
+"""The recovery log FSM (Gazette's `consumer/recoverylog/fsm.go`).
 
 The FSM applies RecordedOps in order, checking each op's seq_no and checksum, so only a linear,
 consistent history is applied. It tracks the live Fnodes (a file across its links and renames,

@@ -1,4 +1,4 @@
-"""FSMHints in etcd (reference 6.6): the JSON codec, fetching, and storing with backups.
+"""FSMHints in etcd (Gazette's `consumer/recovery.go`): the JSON codec, fetching, and storing with backups.
 
 A shard's hints live at absolute keys named by its spec (not under the consumer's root):
 `{hint_prefix}/{id}.primary`, written by the primary's Recorder every so often, and
@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from broker.keyspace.keyspace import compare_create, compare_mod, prefix_response, put_op, txn_response
+from cluster.keyspace.keyspace import compare_create, compare_mod, prefix_response, put_op, txn_response
 from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb
 from consumer.protocol.shard_spec import hint_backup_keys, hint_primary_key, recovery_log

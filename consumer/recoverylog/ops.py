@@ -1,4 +1,5 @@
-"""RecordedOps as they are written to a recovery log journal (reference 6.2).
+"""RecordedOps as they are written to a recovery log journal (Gazette's
+`consumer/recoverylog/recorded_op.proto` and `recorder.go`).
 
 Each op is a protobuf fixed frame (`consumer.message.framing.proto_fixed`: the magic word, the
 length as a little-endian uint32, the marshalled RecordedOp). A write op's frame is followed by

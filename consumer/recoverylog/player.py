@@ -1,4 +1,4 @@
-"""Player: plays a recovery log back into a local directory (reference 6.5, Gazette's playback.go).
+"""Player: plays a recovery log back into a local directory (Gazette's `consumer/recoverylog/playback.go`).
 
 `Player.play(hints, dir, client)` rebuilds the FSM of the hints and the files it describes:
 

@@ -1,4 +1,5 @@
-"""Recorder: file operations of a local directory, appended as RecordedOps to a log (reference 6.4).
+"""Recorder: file operations of a local directory, appended as RecordedOps to a log
+(Gazette's `consumer/recoverylog/recorder.go`).
 
 A Recorder observes operations that already happened to files under its directory and records
 them, in order, into its log journal through an `AppendService`; its FSM tracks what was recorded,

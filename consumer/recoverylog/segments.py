@@ -1,4 +1,4 @@
-"""Segments of a recovery log and the SegmentSet (reference 6.3, Gazette's segment.go).
+"""Segments of a recovery log and the SegmentSet (Gazette's `consumer/recoverylog/segment.go`).
 
 A Segment is a contiguous run of RecordedOps of one author in one log: its first and last
 (inclusive) seq_no, the first op's offset (a lower bound when a Recorder wrote it), the offset
@@ -51,8 +51,11 @@ def copy_segment(s: Segment) -> Segment:
     return out
 
 
-class NotReducible(Exception):
-    """Two segments that are consistent but cannot be merged into one (internal)."""
+class NotReducible(SegmentError):
+    """Two segments that are consistent but cannot be merged into one (internal: caught here)."""
+
+    def __init__(self, reason: str = "segments cannot be merged into one") -> None:
+        super().__init__(reason)
 
 
 def _nonzero_less(a: int, b: int) -> bool:

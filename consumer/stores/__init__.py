@@ -9,11 +9,11 @@ recovery log (and fenced by the log's author register): `JSONFileStore` (a small
 """
 
 from consumer.stores.errors import (
+    ConsumerStoreError,
     FenceError,
     ForeignStoreError,
     StoreClosedError,
     StoreDependencyError,
-    StoreError,
 )
 from consumer.stores.json_file import JSONFileStore, checkpoint_from_json, checkpoint_to_json
 from consumer.stores.sql import CHECKPOINT_TABLE, SQLResult, SQLStore, SQLTransaction, create_checkpoint_table
@@ -21,6 +21,7 @@ from consumer.stores.sqlite_vfs import RecordedVFS, SQLiteStore
 
 __all__ = [
     "CHECKPOINT_TABLE",
+    "ConsumerStoreError",
     "FenceError",
     "ForeignStoreError",
     "JSONFileStore",
@@ -31,7 +32,6 @@ __all__ = [
     "SQLiteStore",
     "StoreClosedError",
     "StoreDependencyError",
-    "StoreError",
     "checkpoint_from_json",
     "checkpoint_to_json",
     "create_checkpoint_table",

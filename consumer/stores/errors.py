@@ -1,14 +1,7 @@
-"""The consumer stores' errors, hung from the project's root `GazetteError`:
-
-    GazetteError
-    └── StoreError                  consumer.stores: a store could not restore or commit (shard ID)
-        ├── FenceError              another process restored the shard: its checkpoint fence moved
-        ├── StoreDependencyError    a commit's `wait_for` operation failed
-        ├── StoreClosedError        the store was destroyed, or a transaction used after its commit
-        └── ForeignStoreError       the recovery log holds another store's files (Gazette's RocksDB...)
-
-(`broker.errors.StoreError` is the broker's fragment-store error; this one is the consumer's.)
-Each keeps Gazette's wording in `reason`; `str()` is the reason followed by the shard ID.
+"""The consumer stores' errors (drawn in the whole tree of `broker/errors.py`): ConsumerStoreError
+(a store could not restore or commit; the shard ID) and below it FenceError, StoreDependencyError,
+StoreClosedError and ForeignStoreError. (`broker.stores.StoreError` is the broker's fragment-store
+error.) Each keeps Gazette's wording in `reason`; `str()` is the reason followed by the shard ID.
 A database error keeps the driver's exception as `__cause__`.
 """
 
@@ -17,7 +10,7 @@ from __future__ import annotations
 from broker.errors import GazetteError
 
 
-class StoreError(GazetteError):
+class ConsumerStoreError(GazetteError):
     """A consumer store operation failed."""
 
     def __init__(self, reason: str, *, shard: str | None = None) -> None:
@@ -29,19 +22,19 @@ class StoreError(GazetteError):
         return f"{self.reason} (shard {self.shard})" if self.shard else self.reason
 
 
-class FenceError(StoreError):
+class FenceError(ConsumerStoreError):
     """The checkpoint fence was updated, by a new primary of the shard: this store may not commit."""
 
 
-class StoreDependencyError(StoreError):
+class StoreDependencyError(ConsumerStoreError):
     """An operation a commit had to wait for failed, so the commit was rolled back."""
 
 
-class StoreClosedError(StoreError):
+class StoreClosedError(ConsumerStoreError):
     """The store was destroyed, or a transaction was used after its commit began."""
 
 
-class ForeignStoreError(StoreError):
+class ForeignStoreError(ConsumerStoreError):
     """The recovery log holds another store's files (e.g. Gazette's RocksDB): opening them as this
     store would start it empty over them. `log` and `offset` name where they were recorded."""
 

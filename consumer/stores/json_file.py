@@ -1,5 +1,5 @@
 """`JSONFileStore`: a small shard state kept as one JSON file, recorded to a recovery log
-(Gazette's `store-json-file`, reference 5.1).
+(Gazette's `consumer/store_json_file.go`).
 
 The store lives in its Recorder's directory, as `state.json`: three JSON documents, one per
 line, exactly as Gazette writes them:
@@ -42,7 +42,7 @@ read in its place.
 
 The commit fails with `StoreDependencyError` when a `wait_for` operation failed (the Recorder then
 appends nothing more), with `FenceError` when another author took the recovery log (a new primary
-injected its hand-off: the append fails REGISTER_MISMATCH), and with `StoreError` otherwise. In
+injected its hand-off: the append fails REGISTER_MISMATCH), and with `ConsumerStoreError` otherwise. In
 every case the Recorder is failed for good, and so is the store: the shard must be recovered from
 the log, where the failed commit left no trace. (Gazette's Recorder instead retries a fenced
 append until the shard is cancelled; either way, a fenced commit never succeeds.)
@@ -66,7 +66,7 @@ from consumer.protocol import pb
 from consumer.recoverylog.errors import RecoveryLogError
 from consumer.recoverylog.recorder import FileRecorder, Recorder
 from consumer.store import OpFuture
-from consumer.stores.errors import FenceError, StoreClosedError, StoreDependencyError, StoreError
+from consumer.stores.errors import ConsumerStoreError, FenceError, StoreClosedError, StoreDependencyError
 from consumer.stores.layout import check_recorded_layout
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ LOG_FENCED = "recovery log was fenced (ie, by a new primary)"
 
 _RENAME_BARRIER_BYTES = 1 << 20
 
-# -- the Checkpoint as Go's encoding/json writes it (reference 1.6) ------------------------------------------------
+# -- the Checkpoint as Go's encoding/json writes it (`consumer/store_json_file.go`) ----------------------------------
 
 
 def _b64(data: bytes) -> str:
@@ -190,9 +190,11 @@ def failed_future(exc: BaseException) -> OpFuture:
     return future
 
 
-def commit_error(exc: BaseException, wait_for: Sequence[asyncio.Future[Any]], shard_id: str | None) -> StoreError:
-    """The StoreError of a recorded commit that failed with `exc` (its `__cause__`)."""
-    err: StoreError | None = None
+def commit_error(
+    exc: BaseException, wait_for: Sequence[asyncio.Future[Any]], shard_id: str | None
+) -> ConsumerStoreError:
+    """The ConsumerStoreError of a recorded commit that failed with `exc` (its `__cause__`)."""
+    err: ConsumerStoreError | None = None
     for op in wait_for:
         if op.done() and (op.cancelled() or op.exception() is not None):
             why = "an operation was cancelled" if op.cancelled() else str(op.exception())
@@ -204,7 +206,7 @@ def commit_error(exc: BaseException, wait_for: Sequence[asyncio.Future[Any]], sh
             err = FenceError(LOG_FENCED, shard=shard_id)
         cause = cause.__cause__
     if err is None:
-        err = StoreError(f"recording the commit failed: {exc}", shard=shard_id)
+        err = ConsumerStoreError(f"recording the commit failed: {exc}", shard=shard_id)
     err.__cause__ = exc
     return err
 
@@ -212,7 +214,7 @@ def commit_error(exc: BaseException, wait_for: Sequence[asyncio.Future[Any]], sh
 async def await_recorded_commit(
     barrier: asyncio.Future[Any], wait_for: Sequence[asyncio.Future[Any]], shard_id: str | None
 ) -> None:
-    """Await the `barrier` closing a recorded commit; its failure as a StoreError."""
+    """Await the `barrier` closing a recorded commit; its failure as a ConsumerStoreError."""
     try:
         await barrier
     except RecoveryLogError as exc:
@@ -243,10 +245,10 @@ class JSONFileStore(Generic[S]):
     ) -> None:
         """A store of `recorder`'s directory. `state` is the initial state, replaced by the one of
         `state.json` if it exists (decoded by `decode`; a dataclass `state` decodes from its
-        fields by default). Raises StoreError if `state.json` does not decode, ForeignStoreError if
+        fields by default). Raises ConsumerStoreError if `state.json` does not decode, ForeignStoreError if
         the directory holds another store's files (`consumer.stores.layout`)."""
         if recorder is None:
-            raise StoreError("JSONFileStore needs a recovery log: the shard's spec has no recovery_log_prefix")
+            raise ConsumerStoreError("JSONFileStore needs a recovery log: the shard's spec has no recovery_log_prefix")
         check_recorded_layout(recorder, "a JSONFileStore", lambda p: p in (f"/{STATE_FILE}", f"/{NEXT_FILE}"))
         default_encode, default_decode = _default_codec(state)
         self.recorder = recorder
@@ -262,7 +264,7 @@ class JSONFileStore(Generic[S]):
             try:
                 self.state = self._decode(docs[1])
             except Exception as exc:
-                raise StoreError(f"the state of {self.path} does not decode: {exc}") from exc
+                raise ConsumerStoreError(f"the state of {self.path} does not decode: {exc}") from exc
 
     @property
     def path(self) -> str:
@@ -291,9 +293,11 @@ class JSONFileStore(Generic[S]):
         try:
             docs = list(iter_json_docs(text))
         except ValueError as exc:
-            raise StoreError(f"{self.path} is not concatenated JSON documents: {exc}", shard=self._shard_id) from exc
+            raise ConsumerStoreError(
+                f"{self.path} is not concatenated JSON documents: {exc}", shard=self._shard_id
+            ) from exc
         if not 2 <= len(docs) <= 3:
-            raise StoreError(f"{self.path} holds {len(docs)} JSON documents (expected offsets, state and "
+            raise ConsumerStoreError(f"{self.path} holds {len(docs)} JSON documents (expected offsets, state and "
                              "checkpoint)", shard=self._shard_id)
         return docs
 
@@ -304,7 +308,7 @@ class JSONFileStore(Generic[S]):
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(f"reading {path}: {exc}", shard=self._shard_id) from exc
+            raise ConsumerStoreError(f"reading {path}: {exc}", shard=self._shard_id) from exc
 
     # ---- the Store protocol ----
 
@@ -323,7 +327,7 @@ class JSONFileStore(Generic[S]):
             for journal, offset in _obj(docs[0], "the offsets map").items():
                 cp.sources[journal].read_through = _int(offset, f"the offset of {journal}")
         except (ValueError, TypeError) as exc:
-            raise StoreError(f"the checkpoint of {self.path} does not decode: {exc}", shard=shard.id) from exc
+            raise ConsumerStoreError(f"the checkpoint of {self.path} does not decode: {exc}", shard=shard.id) from exc
         return cp
 
     def start_commit(
@@ -338,7 +342,7 @@ class JSONFileStore(Generic[S]):
             content = b"".join((go_json_line({}), go_json_line(self._encode(self.state)),
                                 go_json_line(checkpoint_to_json(checkpoint))))
         except (TypeError, ValueError) as exc:
-            return failed_future(StoreError(f"the state does not encode as JSON: {exc}", shard=shard.id))
+            return failed_future(ConsumerStoreError(f"the state does not encode as JSON: {exc}", shard=shard.id))
         try:
             if deps:
                 self.recorder.barrier(deps)
@@ -346,7 +350,7 @@ class JSONFileStore(Generic[S]):
         except RecoveryLogError as exc:
             return failed_future(commit_error(exc, deps, shard.id))
         except OSError as exc:
-            return failed_future(StoreError(f"writing {self.path}: {exc}", shard=shard.id))
+            return failed_future(ConsumerStoreError(f"writing {self.path}: {exc}", shard=shard.id))
         return asyncio.ensure_future(await_recorded_commit(self.recorder.barrier(), deps, shard.id))
 
     def _write(self, content: bytes) -> None:

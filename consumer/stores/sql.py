@@ -103,7 +103,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from google.protobuf.message import DecodeError
 
 from consumer.protocol import pb
-from consumer.stores.errors import FenceError, StoreClosedError, StoreDependencyError, StoreError
+from consumer.stores.errors import ConsumerStoreError, FenceError, StoreClosedError, StoreDependencyError
 
 if TYPE_CHECKING:
     from consumer.shard import Shard
@@ -143,7 +143,7 @@ def _describe(exc: BaseException) -> str:
 
 def _check_table(table: str) -> str:
     if not _TABLE_NAME.fullmatch(table):
-        raise StoreError(f"checkpoint table name {table!r} is not a plain SQL identifier (letters, digits, _)")
+        raise ConsumerStoreError(f"checkpoint table name {table!r} is not a plain SQL identifier (letters, digits, _)")
     return table
 
 
@@ -167,7 +167,7 @@ class _Dialect:
 
     def __init__(self, paramstyle: str, begin: str | None, serial: bool) -> None:
         if paramstyle not in ("qmark", "format", "pyformat", "numeric", "named"):
-            raise StoreError(f"DB-API paramstyle {paramstyle!r} is not one SQLStore knows")
+            raise ConsumerStoreError(f"DB-API paramstyle {paramstyle!r} is not one SQLStore knows")
         self.paramstyle = paramstyle
         self.begin = begin  # an explicit BEGIN statement, or None: the driver begins implicitly
         self.serial = serial  # one writer at a time: a transaction waits for the previous commit
@@ -374,10 +374,10 @@ class SQLTransaction:
         conn = await self._connection()
         try:
             return await conn.call(fn, *args)
-        except StoreError:
+        except ConsumerStoreError:
             raise
         except Exception as exc:
-            raise StoreError(_describe(exc), shard=self._store._shard_id) from exc
+            raise ConsumerStoreError(_describe(exc), shard=self._store._shard_id) from exc
 
     def _seal(self, reason: str) -> _Connection | None:
         """Close the handle to the application; hand its connection (if it has one) to the store."""
@@ -478,7 +478,7 @@ class SQLStore:
                 checkpoint.ParseFromString(bytes(blob))
             except DecodeError as exc:
                 self._abandon(txn, "the checkpoint restore failed")
-                raise StoreError(
+                raise ConsumerStoreError(
                     f"the checkpoint of {shard.fqn} in {table} does not decode: {exc}", shard=shard.id
                 ) from exc
             self._fence = int(fence)
@@ -619,7 +619,7 @@ class SQLStore:
             raise
         except Exception as exc:
             self._release(conn, rollback=True, broken=True)
-            raise StoreError(_describe(exc), shard=shard_id) from exc
+            raise ConsumerStoreError(_describe(exc), shard=shard_id) from exc
         self._release(conn, rollback=False)
 
 

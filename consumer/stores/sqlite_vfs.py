@@ -1,5 +1,5 @@
 """`SQLiteStore`: a shard's SQLite database on local disk, every file operation recorded to the
-shard's recovery log through a SQLite VFS (Gazette's `store-sqlite`, reference 5.4).
+shard's recovery log through a SQLite VFS (Gazette's `consumer/store-sqlite/store.go`).
 
 The VFS (`RecordedVFS`, implemented with `apsw`, which lets Python implement one) inherits the
 operating system's VFS, so the database is an ordinary SQLite file under the Recorder's
@@ -86,7 +86,7 @@ in `gazette_checkpoint(rowid INTEGER PRIMARY KEY DEFAULT 0 CHECK(rowid=0), check
 
 Commits: `start_commit` = `recorder.barrier(wait_for)`; `UPDATE gazette_checkpoint`; `COMMIT`;
 a future of `recorder.barrier()`. Failures are those of `JSONFileStore`: `StoreDependencyError`
-when a `wait_for` operation failed, `FenceError` when a new primary took the log, `StoreError`
+when a `wait_for` operation failed, `FenceError` when a new primary took the log, `ConsumerStoreError`
 otherwise; after any of them the Recorder, and the store, are failed for good: a statement that
 writes to a file then raises the Recorder's `RecorderFailedError` (SQLite sees an I/O error).
 
@@ -114,7 +114,7 @@ from consumer.protocol import pb
 from consumer.recoverylog.errors import RecoveryLogError
 from consumer.recoverylog.recorder import Recorder
 from consumer.store import OpFuture
-from consumer.stores.errors import StoreClosedError, StoreError
+from consumer.stores.errors import ConsumerStoreError, StoreClosedError
 from consumer.stores.json_file import await_recorded_commit, commit_error, failed_future
 from consumer.stores.layout import check_recorded_layout
 
@@ -324,7 +324,7 @@ def _connect(vfs: RecordedVFS, path: str, mode: str, page_size: int | None) -> a
             conn.execute(f"PRAGMA page_size={int(page_size)}")
         got = conn.execute(f"PRAGMA journal_mode={mode}").fetchall()
         if not got or str(got[0][0]).upper() != mode:
-            raise StoreError(f"SQLite refused journal_mode={mode} (got {got})")
+            raise ConsumerStoreError(f"SQLite refused journal_mode={mode} (got {got})")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {CHECKPOINT_TABLE} ("
@@ -400,10 +400,10 @@ class SQLiteStore:
         compacted); a few times the database's size is a good value. None: only on request.
         ForeignStoreError if the directory holds another store's files (`consumer.stores.layout`)."""
         if recorder is None:
-            raise StoreError("SQLiteStore needs a recovery log: the shard's spec has no recovery_log_prefix")
+            raise ConsumerStoreError("SQLiteStore needs a recovery log: the shard's spec has no recovery_log_prefix")
         mode = journal_mode.upper()
         if mode not in JOURNAL_MODES:
-            raise StoreError(f"journal_mode {journal_mode!r} is not one of {sorted(JOURNAL_MODES)}")
+            raise ConsumerStoreError(f"journal_mode {journal_mode!r} is not one of {sorted(JOURNAL_MODES)}")
         full = os.path.join(recorder.dir, path)
         db = recorder.normalize_path(full)  # Raises if `path` escapes the directory.
         own = (db, db + COMPACT_SUFFIX)
@@ -452,7 +452,9 @@ class SQLiteStore:
             try:
                 cp.ParseFromString(bytes(rows[0][0]))
             except DecodeError as exc:
-                raise StoreError(f"the checkpoint in {self.path} does not decode: {exc}", shard=shard.id) from exc
+                raise ConsumerStoreError(
+                    f"the checkpoint in {self.path} does not decode: {exc}", shard=shard.id
+                ) from exc
         return cp
 
     def start_commit(
@@ -466,7 +468,7 @@ class SQLiteStore:
         conn = self.connection
         if not conn.in_transaction:
             self._begin()
-            return failed_future(StoreError(
+            return failed_future(ConsumerStoreError(
                 "the transaction was rolled back by an earlier error (or a COMMIT or ROLLBACK the "
                 "application ran): nothing to commit", shard=shard.id))
         try:
@@ -483,7 +485,7 @@ class SQLiteStore:
             rec_err = _find_recovery_error(exc)
             if rec_err is not None:
                 return failed_future(commit_error(rec_err, deps, shard.id))
-            return failed_future(StoreError(f"committing {self.path}: {exc}", shard=shard.id))
+            return failed_future(ConsumerStoreError(f"committing {self.path}: {exc}", shard=shard.id))
         finally:
             self._begin()
         return asyncio.ensure_future(await_recorded_commit(self.recorder.barrier(), deps, shard.id))
@@ -515,7 +517,7 @@ class SQLiteStore:
             except FileNotFoundError:
                 continue
             if head and head not in TRUNCATING_HEADERS[:1]:
-                raise StoreError(f"compaction: {self.path + suffix} is not empty after the database was closed")
+                raise ConsumerStoreError(f"compaction: {self.path + suffix} is not empty after the database was closed")
         # The rename's three ops (unlink the old database, link the new one, unlink its temporary
         # name) go in one append, after a barrier: no log prefix ends between them.
         self.recorder.barrier()

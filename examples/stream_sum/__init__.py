@@ -1,4 +1,4 @@
-"""stream-sum: Gazette's exactly-once crash-test application, in Python (consumer digest 9.4).
+"""stream-sum: Gazette's exactly-once crash-test application, in Python (Gazette's `examples/stream-sum`).
 
 - `Chunker` publishes random streams of `Chunk`s (each ending with an empty chunk) and verifies
   each stream's `Sum` as read-committed readers see it, failing on a wrong, missing or

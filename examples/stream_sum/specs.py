@@ -157,7 +157,7 @@ async def apply(
     specs into the keyspace at `etcd_prefix` with `etcd` (an aetcd client); returns both.
     `stores` are the journals' fragment stores; `store_kinds` the summers' (see `shard_specs`)."""
     from broker.client import apply_journals, upsert
-    from broker.keyspace import item_key
+    from cluster.keyspace import item_key
 
     journals = journal_specs(prefix, chunk_partitions, sum_partitions, replication, store_kinds=store_kinds,
                              shard_prefix=shard_prefix)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         import aetcd
 
         from broker.client import JournalClient
-        from broker.keyspace.etcd import parse_address
+        from cluster.keyspace.etcd import parse_address
 
         host, port = parse_address(args.etcd)
         etcd = aetcd.Client(host=host, port=port)

@@ -1,4 +1,4 @@
-"""word-count: Gazette's n-gram counting example, in Python (consumer digest 9.3).
+"""word-count: Gazette's n-gram counting example, in Python (Gazette's `examples/word-count`).
 
 - `Counter` (the consumer application; `counter` below, runnable as `gazette consume
   examples.word_count:counter`) keeps running n-gram counts in a SQLite store recorded to each

@@ -77,7 +77,7 @@ def n_grams(text: str, n: int) -> list[str]:
 
 
 class CountStore:
-    """A SQLiteStore and the counts of the transaction in progress (the reference's store Cache)."""
+    """A SQLiteStore and the counts of the transaction in progress (Gazette's word-count store Cache)."""
 
     def __init__(self, sqlite: SQLiteStore) -> None:
         self.sqlite = sqlite

@@ -119,7 +119,7 @@ async def apply(
     """Create (or overwrite) the journals through `client` (a JournalClient) and put the shard
     specs into the keyspace at `etcd_prefix` with `etcd` (an aetcd client); returns both."""
     from broker.client import apply_journals, upsert
-    from broker.keyspace import item_key
+    from cluster.keyspace import item_key
 
     journals = journal_specs(prefix, partitions, shard_prefix, replication)
     for spec in journals:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         import aetcd
 
         from broker.client import JournalClient
-        from broker.keyspace.etcd import parse_address
+        from cluster.keyspace.etcd import parse_address
 
         host, port = parse_address(args.etcd)
         etcd = aetcd.Client(host=host, port=port)

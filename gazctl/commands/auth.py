@@ -17,9 +17,10 @@ import typer
 from broker.errors import AuthError, ConfigError
 from broker.protocol.auth import Capability, Claims, KeyedAuth, capability_names, parse_capabilities, selector_json
 from broker.specs.durations import DurationError, parse_duration
-from gazctl.commands.common import CREDENTIAL_FLAGS, parse_list_selector, reported
+from gazctl.commands.common import CREDENTIAL_FLAGS, reported
 from gazctl.config import BROKER_SECTION, resolve_option
 from gazctl.errors import GazctlError
+from gazctl.selectors import parse_list_selector
 
 app = typer.Typer(help="Authorization tokens for brokers and consumers started with auth keys.",
                   no_args_is_help=True)

@@ -25,13 +25,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from broker import logs
 from broker.client import Credentials, EtcdTransactionFailed, JournalClient, TransportError
 from broker.errors import ConfigError, GazetteError
-from broker.logs import LogFormat
-from broker.protocol import pb
-from broker.protocol.selectors import parse_selector
-from broker.protocol.validation import validate_list_request
+from cluster.server import logs
+from cluster.server.logs import LogFormat
 from gazctl.config import (
     ADDRESS_KEY,
     BROKER_ADDRESS_ENV,
@@ -44,7 +41,6 @@ from gazctl.config import (
     resolve_credentials,
     resolve_option,
 )
-from gazctl.errors import GazctlError
 
 log = logging.getLogger("gazctl")
 
@@ -168,25 +164,6 @@ ConsumerTrustedCAFileOption = Annotated[
     _credential_option("--consumer.trusted-ca-file", "CONSUMER_TRUSTED_CA_FILE", "shards.Consumer",
                        "TrustedCAFile", "PEM CA certificate(s) trusted for https:// consumers"),
 ]
-
-SelectorOption = Annotated[
-    str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of journals, e.g. 'app.gazette.dev/message-type=Foo,prefix=a/b/' or 'name=a/b'",
-    ),
-]
-RequiredSelectorOption = Annotated[
-    str,
-    typer.Option(
-        "--selector",
-        "-l",
-        help="Label selector of journals (required), e.g. 'prefix=a/b/' or 'name in (a/b, a/c)'",
-        show_default=False,
-    ),
-]
-
 
 @dataclass
 class GlobalOptions:
@@ -324,34 +301,6 @@ def _hint(err: Exception) -> str:
                     " --broker.cert-key-file)")
         return " (is a broker listening there? set --broker.address or $BROKER_ADDRESS)"
     return ""
-
-
-def checked_selector(text: str, flag: str, validate: Callable[[pb.LabelSelector], object]) -> pb.LabelSelector:
-    """Parse selector `text` ("" selects all) and check it with `validate` (a protocol's List
-    request check, which raises ValueError); either failure is a GazctlError naming `flag`."""
-    try:
-        selector = parse_selector(text) if text else pb.LabelSelector()
-        validate(selector)
-    except ValueError as err:  # SelectorError and ValidationError.
-        raise GazctlError(f"invalid {flag} {text!r}: {err}") from None
-    return selector
-
-
-def required_selector_text(text: str, example: str) -> str:
-    """`text`, which must be given (commands that change or delete things); `example` shows a selector."""
-    if not text.strip():
-        raise GazctlError(f"--selector (-l) is required, e.g. {example}")
-    return text
-
-
-def parse_list_selector(text: str, flag: str = "--selector") -> pb.LabelSelector:
-    """Parse a selector as a journals ListRequest takes it (e.g. a `prefix` value must end in '/'); "" selects all."""
-    return checked_selector(text, flag, lambda selector: validate_list_request(pb.ListRequest(selector=selector)))
-
-
-def require_selector(text: str) -> pb.LabelSelector:
-    """Parse a journal selector which must be given (commands that change or delete things)."""
-    return parse_list_selector(required_selector_text(text, "-l name=example/journal or -l prefix=example/"))
 
 
 def stdout_console() -> Console:

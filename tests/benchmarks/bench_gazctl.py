@@ -328,7 +328,7 @@ def run_steps(args: argparse.Namespace, r: Results, broker: BrokerProcess, tmp: 
     t, resp = asyncio.run(in_process_list(broker.url, pb.LabelSelector(), args.rounds))
     r.steps["  in-process: list_journals (all)"] = t
     r.assigned = sum(1 for j in resp.journals if j.route.primary >= 0)
-    from gazctl.commands.common import parse_list_selector
+    from gazctl.selectors import parse_list_selector
 
     t_sel, _ = asyncio.run(in_process_list(broker.url, parse_list_selector(LABEL_SELECTOR), args.rounds))
     r.steps[f"  in-process: list_journals ({LABEL_SELECTOR})"] = t_sel

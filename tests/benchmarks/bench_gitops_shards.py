@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from broker.keyspace.etcd import EtcdProcess
+from cluster.keyspace.etcd import EtcdProcess
 from tests.benchmarks.bench_gazctl import Gazctl, Timing, timed
 from tests.benchmarks.bench_gitops import write_tree
 from tests.benchmarks.stack import etcd_and_broker, log

@@ -18,7 +18,7 @@ import time
 
 import grpc
 
-from broker.listener import OnePortListener
+from cluster.server.listener import OnePortListener
 
 METHOD = "/bench.Bench/Sink"
 

@@ -125,7 +125,7 @@ def report(plain: Figures, tls: Figures) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from broker.keyspace.etcd import EtcdProcess
+    from cluster.keyspace.etcd import EtcdProcess
 
     chunks = chunks_of(make_content(POOL_CHUNKS * CHUNK), CHUNK)
     reqs = content_requests(chunks)

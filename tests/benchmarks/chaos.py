@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.client import ClientError, JournalClient, append
-from broker.keyspace.etcd import EtcdProcess
+from cluster.keyspace.etcd import EtcdProcess
 from tests.benchmarks.stack import log
 from tests.broker.test_cluster_chaos import (
     Ledger,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from broker.keyspace.etcd import EtcdProcess
+from cluster.keyspace.etcd import EtcdProcess
 from tests.harness import BrokerProcess, free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

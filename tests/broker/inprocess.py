@@ -24,17 +24,18 @@ from typing import Any
 import grpc
 
 from broker.append import Append
-from broker.keyspace import Announcement, KeySpace, assignment_key, delete_op, item_key, put_op, txn
-from broker.keyspace.keyspace import WATCH_DELAY, assignments_prefix
-from broker.peers import CHANNEL_OPTIONS
 from broker.protocol import pb, pb_grpc
 from broker.replica import Replica
 from broker.resolver import Resolver
-from broker.server import BrokerCore, grpc_server_options
+from broker.server import BrokerCore
 from broker.service import add_journal_service
 from broker.state import BrokerState
 from broker.stores import StoreRegistry
 from broker.stores.memory import drop_bucket
+from cluster.keyspace import Announcement, KeySpace, assignment_key, delete_op, item_key, put_op, txn
+from cluster.keyspace.keyspace import WATCH_DELAY, assignments_prefix
+from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.process import grpc_server_options
 
 ZONE = "local"
 SETTLE = 10.0

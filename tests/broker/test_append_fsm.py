@@ -2,8 +2,8 @@
 
 Each test drives `Append` directly (`prepare()`, then its status response, its proxy decision, or
 `stream()`) against brokers assembled in the test's event loop over the session's real etcd (see
-`inprocess.py`), with routes the test assigns itself. Section numbers refer to the broker protocol
-digest (`broker-protocol.md`): 7.2 is the FSM, 5.5 the spool, 5.6 rolling.
+`inprocess.py`), with routes the test assigns itself. The model is Gazette's
+`broker/append_fsm.go` (the FSM), `broker/fragment/spool.go` (the spool) and `broker/replica.go` (rolling).
 
 """
 
@@ -21,12 +21,12 @@ import broker.append
 from broker.append import Append
 from broker.errors import AppendError, BrokerError, PipelineError
 from broker.fragment import content_path, sha1sum_from_digest
-from broker.keyspace import put_op, txn
 from broker.pipeline import Pipeline
 from broker.protocol import labels, pb
 from broker.pulse import STABLE_PULSES_TO_SUSPEND, pulse, run_pulses
 from broker.service import _content_chunks
 from broker.stores.memory import bucket_objects
+from cluster.keyspace import put_op, txn
 from tests.broker.inprocess import InProcessBroker, InProcessCluster, append, content
 from tests.harness import journal_spec
 

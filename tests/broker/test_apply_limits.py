@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.keyspace.etcd import EtcdProcess
+from cluster.keyspace.etcd import EtcdProcess
 from tests.harness import BrokerProcess, free_port, run_gazctl
 
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
-from broker import listener as listener_module
 from broker.gateway import HttpGateway
-from broker.listener import HTTP2_PREFACE, OnePortListener
+from cluster.server import listener as listener_module
+from cluster.server.listener import HTTP2_PREFACE, OnePortListener
 
 MIB = 1 << 20
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from broker.tuning import keep_freed_memory
+from cluster.server.tuning import keep_freed_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt tuning is glibc's")
@@ -20,7 +20,7 @@ def test_mallopt_accepts_the_brokers_thresholds() -> None:
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
     # In a child process, so that this one keeps its limits.
     script = (
-        "import resource; from broker.tuning import raise_open_file_limit; "
+        "import resource; from cluster.server.tuning import raise_open_file_limit; "
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard)); "
         "print(raise_open_file_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)"

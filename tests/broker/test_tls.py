@@ -25,7 +25,7 @@ import pytest
 
 from broker.client import AppendService, Credentials, JournalClient, Reader, TransportError, append, list_journals
 from broker.protocol import pb
-from broker.tls import client_context
+from cluster.server.tls import client_context
 from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl, serving_broker
 from tests.tls_certs import PKI, TLSBroker, TLSEtcd, make_pki
 

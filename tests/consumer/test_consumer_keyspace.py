@@ -16,20 +16,11 @@ from typing import Any
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from broker.keyspace.allocator import (
-    Add,
-    AddPrimary,
-    Change,
-    Handoff,
-    Promote,
-    Remove,
-    change_txn,
-    plan,
-    run_allocator,
-)
-from broker.keyspace.announce import Announcement
-from broker.keyspace.errors import KeySpaceClosedError
-from broker.keyspace.keyspace import (
+from cluster.keyspace.allocate import change_txn, run_allocator
+from cluster.keyspace.allocator import Add, AddPrimary, Change, Handoff, Promote, Remove, plan
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.errors import KeySpaceClosedError
+from cluster.keyspace.keyspace import (
     Assignment,
     Item,
     KeySpace,
@@ -134,7 +125,7 @@ def test_schema_values() -> None:
 @pytest.mark.parametrize(
     ("codes", "expected"),
     [
-        # The digest's ShardIsConsistent: STANDBY or PRIMARY yes; IDLE, BACKFILL no; FAILED only
+        # Gazette's ShardIsConsistent (consumer/key_space.go): STANDBY or PRIMARY yes; IDLE, BACKFILL no; FAILED only
         # when the slot-0 primary is FAILED too.
         ((PRIMARY, STANDBY), [True, True]),
         ((PRIMARY, IDLE), [True, False]),

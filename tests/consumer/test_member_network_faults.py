@@ -40,8 +40,8 @@ import aetcd
 import pytest
 
 from broker.client import JournalClient, apply_journals, upsert
-from broker.keyspace import KeySpace, item_key
-from broker.keyspace.etcd import parse_address
+from cluster.keyspace import KeySpace, item_key
+from cluster.keyspace.etcd import parse_address
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.message import Flags, get_flags, read_committed, read_uncommitted
 from consumer.message.clock import clock_unix_ns

@@ -18,7 +18,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from broker.client import AppendService, JournalClient
-from broker.keyspace import item_key, member_key
+from cluster.keyspace import item_key, member_key
 from consumer.message import Flags, Publisher, get_flags, read_committed
 from consumer.protocol import pb as cpb
 from consumer.replica import MAX_ETCD_ERR_LEN, TRUNCATED, failed_status, status_backoff

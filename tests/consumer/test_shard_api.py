@@ -16,8 +16,8 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from broker.client import AppendService, JournalClient
-from broker.keyspace import assignment_key
 from broker.protocol import pb as bpb
+from cluster.keyspace import assignment_key
 from consumer.api import ShardAPI, add_shard_service
 from consumer.message import Publisher
 from consumer.protocol import pb as cpb

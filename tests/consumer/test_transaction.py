@@ -17,6 +17,7 @@ import pytest
 
 from broker.client import AppendService, AsyncAppend, JournalClient
 from consumer.application import DeferToNextTransaction
+from consumer.channel import CLOSED, EMPTY, ChannelClosed, MessageChannel, WatchedEvent
 from consumer.checkpoint import flatten_producer_states, flatten_read_through
 from consumer.message import (
     ZERO_UUID,
@@ -34,23 +35,13 @@ from consumer.message import (
     read_committed,
     read_uncommitted,
 )
+from consumer.progress import ShardProgress
 from consumer.protocol import pb as cpb
+from consumer.source_reader import start_reading_messages
 from consumer.store import OpFuture
-from consumer.transaction import (
-    CLOSED,
-    EMPTY,
-    ChannelClosed,
-    LoopTimer,
-    MessageChannel,
-    ShardProgress,
-    Transaction,
-    TransactionError,
-    Transactions,
-    TxnPhase,
-    WatchedEvent,
-    finished_operation,
-    start_reading_messages,
-)
+from consumer.timer import LoopTimer
+from consumer.transaction import Transaction, TransactionError, Transactions, finished_operation
+from consumer.txn_metrics import TxnPhase
 from tests.broker.client.helpers import append_rpcs, create_journal, unique
 from tests.harness import BrokerProcess, journal_spec, serving_broker
 
@@ -888,7 +879,7 @@ async def test_a_plain_consume_message_is_called_without_a_coroutine(tf: Fixture
                                tf.progress).run(cpb.Checkpoint(), channel)
 
 
-# --- further cases of the digest ----------------------------------------------------------------
+# --- further cases of transaction_test.go-------------------------------------------------------------
 
 
 async def test_run_txns_commits_and_returns_when_the_channel_drains(tf: Fixture) -> None:

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from broker.client import JournalClient
-from broker.keyspace import KeySpace
+from cluster.keyspace import KeySpace
 from consumer.keyspace import CONSUMER_SCHEMA
 from consumer.message import JSON_FRAMING, Flags, build_uuid, get_flags, read_committed
 from consumer.protocol import pb as cpb

@@ -52,8 +52,8 @@ from google.protobuf.message import DecodeError, Message
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from broker.keyspace.etcd import EtcdProcess
 from broker.protocol import pb, pb_grpc
+from cluster.keyspace.etcd import EtcdProcess
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.benchmarks.stack import log

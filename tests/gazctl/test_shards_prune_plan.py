@@ -1,5 +1,6 @@
 """Which recovery-log fragments `gazctl shards prune` deletes: a pure function of the hints and the
-fragment listing (reference 6.6), and its command loop over fake RPCs and a temporary file store."""
+fragment listing (Gazette's `cmd/gazctl/gazctlcmd/shards_prune.go`), and its command loop over fake
+RPCs and a temporary file store."""
 
 from __future__ import annotations
 

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import re
 
-
-class NeedMore(Exception):
-    """The record continues past the bytes given (an open quoted field)."""
+from consumer.message.errors import FramingError
 
 
-class CSVSyntaxError(Exception):
+class NeedMore(FramingError):
+    """The record continues past the bytes given (an open quoted field): a signal, caught by the framing."""
+
+    def __init__(self, reason: str = "the record continues past the bytes given") -> None:
+        super().__init__(reason)
+
+
+class CSVSyntaxError(FramingError):
     """The record is malformed."""
 
 

@@ -10,17 +10,10 @@ from typing import Annotated
 import typer
 
 from gazctl.appending import Framing, Mapping, Totals, append_input, check_options
-from gazctl.commands.common import (
-    BrokerAddressOption,
-    LogFormatOption,
-    LogLevelOption,
-    RequiredSelectorOption,
-    reported,
-    require_selector,
-    setup,
-)
+from gazctl.commands.common import BrokerAddressOption, LogFormatOption, LogLevelOption, reported, setup
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
+from gazctl.selectors import RequiredSelectorOption, require_selector
 
 log = logging.getLogger("gazctl")
 

@@ -17,23 +17,13 @@ from broker.protocol import pb
 from broker.protocol.validation import duration_ns
 from broker.specs.durations import DurationError, parse_duration
 from gazctl.bounded import map_bounded
-from gazctl.commands.common import (
-    BrokerAddressOption,
-    LogFormatOption,
-    LogLevelOption,
-    RequiredSelectorOption,
-    SelectorOption,
-    parse_list_selector,
-    progress,
-    reported,
-    require_selector,
-    setup,
-)
+from gazctl.commands.common import BrokerAddressOption, LogFormatOption, LogLevelOption, progress, reported, setup
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.fragments_table import table_text, to_json_line
 from gazctl.prototext import marshal_text
 from gazctl.prune import JournalPrune, aged_fragments, all_fragments, log_fields, prune_plans
+from gazctl.selectors import RequiredSelectorOption, SelectorOption, parse_list_selector, require_selector
 
 log = logging.getLogger("gazctl")
 

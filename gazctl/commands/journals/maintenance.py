@@ -29,18 +29,11 @@ from broker.client import (
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError, validate_fragment_store_health_request
 from gazctl.bounded import map_bounded
-from gazctl.commands.common import (
-    BrokerAddressOption,
-    LogFormatOption,
-    LogLevelOption,
-    RequiredSelectorOption,
-    reported,
-    require_selector,
-    setup,
-)
+from gazctl.commands.common import BrokerAddressOption, LogFormatOption, LogLevelOption, reported, setup
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.heads import head_metadata
+from gazctl.selectors import RequiredSelectorOption, require_selector
 
 log = logging.getLogger("gazctl")
 

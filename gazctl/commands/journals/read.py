@@ -17,16 +17,15 @@ from gazctl.commands.common import (
     BrokerAddressOption,
     LogFormatOption,
     LogLevelOption,
-    RequiredSelectorOption,
     Settings,
     progress,
     reported,
-    require_selector,
     setup,
 )
 from gazctl.commands.journals._app import app
 from gazctl.errors import GazctlError
 from gazctl.reading import ReadOptions, check_journals_exist, load_offsets, read_journals, write_offsets
+from gazctl.selectors import RequiredSelectorOption, require_selector
 
 __all__ = ["app"]
 

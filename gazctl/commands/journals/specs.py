@@ -18,12 +18,8 @@ from gazctl.commands.common import (
     LogFormatOption,
     LogLevelOption,
     MaxTxnSizeOption,
-    RequiredSelectorOption,
-    SelectorOption,
     Settings,
-    parse_list_selector,
     reported,
-    require_selector,
     setup,
 )
 from gazctl.commands.journals._app import app
@@ -31,6 +27,7 @@ from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
 from gazctl.listing import table_text, to_json, to_yaml
 from gazctl.prototext import marshal_text
+from gazctl.selectors import RequiredSelectorOption, SelectorOption, parse_list_selector, require_selector
 from gazctl.specs import journalspace
 
 log = logging.getLogger("gazctl")

@@ -37,14 +37,8 @@ from gazctl.prune import (
     prune_hinted_logs,
     recovery_log_stores_healthy,
 )
-from gazctl.shard_client import (
-    RequiredSelectorOption,
-    ShardClient,
-    connect,
-    parse_shard_selector,
-    require_shard_selector,
-    run,
-)
+from gazctl.selectors import RequiredShardSelectorOption, parse_shard_selector, require_shard_selector
+from gazctl.shard_client import ShardClient, connect, run
 
 log = logging.getLogger("gazctl")
 
@@ -58,7 +52,7 @@ def stored_hints(resp: pb.GetHintsResponse) -> list[FSMHints | None]:
 @app.command("prune")
 def prune_command(
     ctx: typer.Context,
-    selector: RequiredSelectorOption = "",
+    selector: RequiredShardSelectorOption = "",
     dry_run: Annotated[
         bool,
         typer.Option(

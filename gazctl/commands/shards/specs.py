@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from broker.client import JournalClient, apply_transactions, list_journals
-from broker.logs import LogFormat
 from broker.protocol import labels
 from broker.protocol import pb as bpb
+from cluster.server.logs import LogFormat
 from consumer.protocol import pb
 from consumer.protocol.shard_spec import recovery_log, reduce_replica_status
 from gazctl import tables
@@ -34,14 +34,13 @@ from gazctl.editor import edit_until_applied
 from gazctl.errors import GazctlError
 from gazctl.protojson import jsonpb
 from gazctl.prototext import marshal_text
-from gazctl.shard_client import (
-    RequiredSelectorOption,
-    SelectorOption,
-    ShardClient,
+from gazctl.selectors import (
+    RequiredShardSelectorOption,
+    ShardSelectorOption,
     parse_shard_selector,
     require_shard_selector,
-    run,
 )
+from gazctl.shard_client import ShardClient, run
 from gazctl.specs import shardspace
 
 log = logging.getLogger("gazctl")
@@ -66,7 +65,7 @@ def _logging(ctx: typer.Context, log_level: LogLevel | None, log_format: LogForm
 @app.command("list")
 def list_command(
     ctx: typer.Context,
-    selector: SelectorOption = "",
+    selector: ShardSelectorOption = "",
     output: Annotated[
         ListFormat,
         typer.Option(
@@ -256,7 +255,7 @@ def apply_command(
 @app.command("edit")
 def edit_command(
     ctx: typer.Context,
-    selector: RequiredSelectorOption = "",
+    selector: RequiredShardSelectorOption = "",
     max_txn_size: MaxTxnSizeOption = 0,
     consumer_address: ConsumerAddressOption = None,
     log_level: LogLevelOption = None,

@@ -11,12 +11,8 @@ import typer
 
 from gazctl.commands.common import ConsumerAddressOption, LogFormatOption, LogLevelOption, reported, setup
 from gazctl.commands.shards._app import app
-from gazctl.shard_client import (
-    RequiredSelectorOption,
-    ShardClient,
-    require_shard_selector,
-    run,
-)
+from gazctl.selectors import RequiredShardSelectorOption, require_shard_selector
+from gazctl.shard_client import ShardClient, run
 
 log = logging.getLogger("gazctl")
 
@@ -27,7 +23,7 @@ BATCH = 100
 @app.command("unassign")
 def unassign_command(
     ctx: typer.Context,
-    selector: RequiredSelectorOption = "",
+    selector: RequiredShardSelectorOption = "",
     failed: Annotated[
         bool, typer.Option("--failed", help="Only remove FAILED assignments (of primaries and standbys)")
     ] = False,

@@ -1,4 +1,4 @@
-"""CoverSet: the vectors of the reference (section 5.4) and of Gazette's own tests."""
+"""CoverSet: the vectors of Gazette's `broker/fragment/cover_set_test.go` and its other tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fragment content names and paths, and their parsing, with the reference's examples."""
+"""Fragment content names and paths, and their parsing, with examples of Gazette's
+`broker/protocol/fragment_extensions_test.go`."""
 
 from __future__ import annotations
 

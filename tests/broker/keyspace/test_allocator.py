@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from broker.keyspace.allocator import (
+from broker.protocol import pb
+from cluster.keyspace.allocate import batch_txns, change_txn, plan_keyspace, run_allocator
+from cluster.keyspace.allocator import (
     MIN_MOVES,
     MOVES_DIVISOR,
     Add,
@@ -20,16 +22,12 @@ from broker.keyspace.allocator import (
     Handoff,
     Promote,
     Remove,
-    batch_txns,
-    change_txn,
     desired_replication,
     leader_of,
     plan,
-    plan_keyspace,
-    run_allocator,
 )
-from broker.keyspace.announce import Announcement
-from broker.keyspace.keyspace import (
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.keyspace import (
     Assignment,
     Item,
     KeySpace,
@@ -42,7 +40,6 @@ from broker.keyspace.keyspace import (
     put_op,
     txn,
 )
-from broker.protocol import pb
 
 ROOT = "/root"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.keyspace.announce import Announcement
-from broker.keyspace.keyspace import assignment_key
 from broker.protocol import pb
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.keyspace import assignment_key
 
 
 def broker_spec(zone: str = "z", suffix: str = "b1") -> pb.BrokerSpec:

@@ -15,8 +15,8 @@ from pathlib import Path
 import aetcd
 import pytest
 
-from broker.keyspace.errors import EtcdAddressError, EtcdUnavailableError
-from broker.keyspace.etcd import EtcdProcess, open_etcd, parse_address
+from cluster.keyspace.errors import EtcdAddressError, EtcdUnavailableError
+from cluster.keyspace.etcd import EtcdProcess, open_etcd, parse_address
 from tests.harness import free_port
 
 log = logging.getLogger("test")
@@ -100,7 +100,7 @@ def test_embedded_dies_with_sigkilled_owner(tmp_path: Path) -> None:
         f"""
         import sys, time
         from pathlib import Path
-        from broker.keyspace.etcd import EtcdProcess
+        from cluster.keyspace.etcd import EtcdProcess
         proc = EtcdProcess(Path({str(tmp_path / "data")!r}), client_port={free_port()}, peer_port={free_port()})
         proc.start()
         proc.wait_ready()

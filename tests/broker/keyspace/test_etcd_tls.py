@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from broker.keyspace.errors import EtcdUnavailableError
-from broker.keyspace.etcd import open_etcd
+from cluster.keyspace.errors import EtcdUnavailableError
+from cluster.keyspace.etcd import open_etcd
 from tests.harness import free_port
 from tests.tls_certs import PKI, TLSEtcd, make_pki
 

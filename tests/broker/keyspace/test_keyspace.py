@@ -11,9 +11,10 @@ from typing import Any
 import aetcd
 import pytest
 
-from broker.keyspace.errors import KeyFormatError, KeySpaceClosedError
-from broker.keyspace.etcd import EtcdProcess
-from broker.keyspace.keyspace import (
+from broker.protocol import pb
+from cluster.keyspace.errors import KeyFormatError, KeySpaceClosedError
+from cluster.keyspace.etcd import EtcdProcess
+from cluster.keyspace.keyspace import (
     Assignment,
     KeySpace,
     assignment_key,
@@ -29,7 +30,6 @@ from broker.keyspace.keyspace import (
     put_op,
     txn,
 )
-from broker.protocol import pb
 from tests.harness import free_port
 
 ROOT = "/gazette/cluster"

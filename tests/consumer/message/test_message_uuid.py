@@ -1,4 +1,4 @@
-"""Message UUIDs and clocks: Gazette's uuid_test.go fixtures and the digest's worked examples."""
+"""Message UUIDs and clocks: Gazette's uuid_test.go fixtures and worked examples of `message/uuid.go`."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_field_numbers_follow_gazette() -> None:
 
 
 def test_recorded_op_fixture_size() -> None:
-    """digest 6.2: Create{"/path/to/file"} with seq 1, checksum 0, author 1234 is 24 bytes."""
+    """`recorder.go`'s wire format: Create{"/path/to/file"} with seq 1, checksum 0, author 1234 is 24 bytes."""
     op = recoverylog_pb.RecordedOp(seq_no=1, checksum=0, author=1234)
     op.create.path = "/path/to/file"
     assert len(op.SerializeToString()) == 24

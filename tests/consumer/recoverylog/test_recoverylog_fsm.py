@@ -1,4 +1,4 @@
-"""The recovery log FSM: Gazette's fsm_test.go fixtures, and the wire fixtures of reference 6.2.
+"""The recovery log FSM: Gazette's fsm_test.go fixtures, and wire fixtures of `recorded_op.proto`.
 
 As Gazette's FSMSuite does, ops are digested over a stand-in "frame", the decimal string of a
 counter bumped by every apply (failed ones too), which fixes the checksums below.

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker.keyspace.keyspace import get_op, put_op, txn_response
+from cluster.keyspace.keyspace import get_op, put_op, txn_response
 from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog.errors import HintsError

@@ -15,7 +15,7 @@ import pytest
 from consumer.protocol import pb
 from consumer.recoverylog import FileRecorder, FSMHints
 from consumer.recoverylog.ops import decode_frames
-from consumer.stores import FenceError, JSONFileStore, StoreDependencyError, StoreError
+from consumer.stores import ConsumerStoreError, FenceError, JSONFileStore, StoreDependencyError
 from consumer.stores.json_file import checkpoint_from_json, checkpoint_to_json, go_json_line
 from tests.consumer.stores.recorded import (
     TIMEOUT,
@@ -92,7 +92,7 @@ async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Pat
         await commit(store, 2, [failed(RuntimeError("append failed"))])
     # The Recorder is failed: so is every later commit.
     store.state["n"] = 3
-    with pytest.raises(StoreError):
+    with pytest.raises(ConsumerStoreError):
         await commit(store, 3)
 
     store2: JSONFileStore[dict[str, int]] = JSONFileStore(await recorded.take_over(tmp_path / "next", 2222), {})
@@ -145,7 +145,7 @@ async def test_legacy_offsets_override_read_through(recorded: Log, tmp_path: Pat
 async def test_a_corrupt_file_is_a_clear_error(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
     (tmp_path / "primary" / "state.json").write_text('{}\n{"x": ')
-    with pytest.raises(StoreError, match=r"state\.json is not concatenated JSON documents"):
+    with pytest.raises(ConsumerStoreError, match=r"state\.json is not concatenated JSON documents"):
         JSONFileStore(rec, {})
 
 

@@ -18,11 +18,11 @@ import pytest
 from consumer.protocol import pb
 from consumer.store import Store
 from consumer.stores import (
+    ConsumerStoreError,
     FenceError,
     SQLStore,
     StoreClosedError,
     StoreDependencyError,
-    StoreError,
     create_checkpoint_table,
 )
 from consumer.stores.sql import FENCE_UPDATED, _Dialect
@@ -174,7 +174,7 @@ async def test_insert_race(db: Database, stores: Callable[[], SQLStore]) -> None
     db.sql("INSERT INTO gazette_checkpoints (shard_fqn, fence, checkpoint) VALUES (?, ?, ?)",
            (shard.fqn, -1, checkpoint("bar", 5).SerializeToString()))
     store = stores()
-    with pytest.raises(StoreError) as info:
+    with pytest.raises(ConsumerStoreError) as info:
         await store.restore_checkpoint(shard)
     assert not isinstance(info.value, FenceError)
     assert info.value.shard == "shard-B"
@@ -319,7 +319,7 @@ async def test_statement_errors_are_store_errors(db: Database, stores: Callable[
     shard = FakeShard("shard-H")
     store = stores()
     await store.restore_checkpoint(shard)
-    with pytest.raises(StoreError, match="no_such_table") as info:
+    with pytest.raises(ConsumerStoreError, match="no_such_table") as info:
         await store.execute("SELECT * FROM no_such_table")
     assert info.value.shard == "shard-H"
     assert info.value.__cause__ is not None
@@ -369,12 +369,12 @@ def test_placeholders() -> None:
     assert _Dialect("numeric", None, False).sql(text, params) == ("UPDATE t SET a=:1 WHERE b=:2 AND c=:3", params)
     assert _Dialect("named", None, False).sql(text, params) == (
         "UPDATE t SET a=:p1 WHERE b=:p2 AND c=:p3", {"p1": 1, "p2": 2, "p3": 3})
-    with pytest.raises(StoreError, match="paramstyle 'weird'"):
+    with pytest.raises(ConsumerStoreError, match="paramstyle 'weird'"):
         _Dialect("weird", None, False)
 
 
 def test_table_name_is_checked() -> None:
-    with pytest.raises(StoreError, match="not a plain SQL identifier"):
+    with pytest.raises(ConsumerStoreError, match="not a plain SQL identifier"):
         SQLStore(lambda: None, table="x; DROP TABLE y")
     SQLStore(lambda: None, table="myschema.checkpoints")
 

@@ -15,7 +15,7 @@ import pytest
 
 from consumer.protocol import pb
 from consumer.recoverylog import Recorder, RecorderFailedError, RecoveryLogError
-from consumer.stores import FenceError, SQLiteStore, StoreDependencyError, StoreError
+from consumer.stores import ConsumerStoreError, FenceError, SQLiteStore, StoreDependencyError
 from consumer.stores.sqlite_vfs import CHECKPOINT_TABLE
 from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
 
@@ -97,7 +97,7 @@ async def test_a_failed_dependency_fails_the_commit(recorded: Log, tmp_path: Pat
         await commit(store, 2, [failed(RuntimeError("append failed"))])
     # The Recorder is failed: the store can't commit again.
     store.execute("INSERT INTO kv VALUES ('three', x'03')")
-    with pytest.raises(StoreError, match="recording the commit failed: a barrier dependency failed") as info:
+    with pytest.raises(ConsumerStoreError, match="recording the commit failed: a barrier dependency failed") as info:
         await commit(store, 3)
     assert isinstance(info.value.__cause__, RecorderFailedError)
 
@@ -209,7 +209,7 @@ async def test_a_transaction_rolled_back_by_an_error_does_not_commit(recorded: L
     await commit(store, 0)
     store.execute("INSERT INTO kv VALUES ('one', x'01')")
     store.execute("ROLLBACK")  # As an error that rolls SQLite's transaction back would.
-    with pytest.raises(StoreError, match="rolled back"):
+    with pytest.raises(ConsumerStoreError, match="rolled back"):
         await commit(store, 1)
     store.execute("INSERT INTO kv VALUES ('two', x'02')")
     await commit(store, 2)
@@ -303,9 +303,9 @@ async def test_a_recorder_dir_through_a_symbolic_link(recorded: Log, tmp_path: P
 
 async def test_open_refuses_what_cannot_be_recorded(recorded: Log, tmp_path: Path) -> None:
     rec = await recorded.recorder(tmp_path / "primary", 1111)
-    with pytest.raises(StoreError, match="journal_mode 'OFF' is not one of"):
+    with pytest.raises(ConsumerStoreError, match="journal_mode 'OFF' is not one of"):
         await SQLiteStore.open(rec, journal_mode="OFF")
-    with pytest.raises(StoreError, match="needs a recovery log"):
+    with pytest.raises(ConsumerStoreError, match="needs a recovery log"):
         await SQLiteStore.open(None)  # type: ignore[arg-type]
     with pytest.raises(RecoveryLogError, match="not under the recorder dir"):
         await SQLiteStore.open(rec, "../elsewhere.db")

@@ -5,7 +5,7 @@ Brokers and consumers share it (and the member announcement and allocator), each
 values Routes (`BROKER_SCHEMA`, the default); a consumer application's items are ShardSpecs, its
 members ConsumerSpecs and its assignment values ReplicaStatuses (`consumer.keyspace`).
 
-Key layout (protocol digest 10.1, consumer digest 7), with `#` as the separator:
+Key layout (Gazette's `allocator/allocator_key_space.go`, `consumer/key_space.go`), with `#` as the separator:
 
     <root>/items/<item>                          item spec (journal or shard)
     <root>/members/<zone>#<suffix>               member spec, under the member's lease
@@ -26,8 +26,8 @@ from aetcd import rpc
 from aetcd.utils import prefix_range_end
 from google.protobuf.message import DecodeError
 
-from broker.keyspace.errors import KeyFormatError, KeySpaceClosedError
 from broker.protocol import pb
+from cluster.keyspace.errors import KeyFormatError, KeySpaceClosedError
 
 DEFAULT_ROOT = "/gazette/cluster"
 WATCH_DELAY = 0.03

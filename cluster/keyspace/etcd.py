@@ -34,7 +34,7 @@ import aetcd.watcher
 import grpc
 from aetcd import rpc
 
-from broker.keyspace.errors import EtcdAddressError, EtcdStartError, EtcdUnavailableError
+from cluster.keyspace.errors import EtcdAddressError, EtcdStartError, EtcdUnavailableError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_CLIENT_PORT = 2379

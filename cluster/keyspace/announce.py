@@ -1,4 +1,4 @@
-"""A member's lifecycle in etcd (protocol digest 10.2): announce under a lease, keep it alive,
+"""A member's lifecycle in etcd (Gazette's `allocator/announce.go`): announce under a lease, keep it alive,
 mark it exiting, release it."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from aetcd import rpc
 from aetcd.exceptions import ClientError
 
-from broker.keyspace.errors import AnnounceError, LeaseLostError
-from broker.keyspace.keyspace import (
+from cluster.keyspace.errors import AnnounceError, LeaseLostError
+from cluster.keyspace.keyspace import (
     BROKER_SCHEMA,
     KeySpaceSchema,
     compare_create,

@@ -5,7 +5,7 @@ grpc.aio server listening on an internal unix socket. Any other connection is ha
 bytes already read from it, to the HTTP/1.1 handler.
 
 With an ssl server context the port speaks TLS only: asyncio does the handshake (ALPN offers h2
-and http/1.1, see broker.tls), and the decrypted stream is routed the same way, gRPC relayed
+and http/1.1, see cluster.server.tls), and the decrypted stream is routed the same way, gRPC relayed
 through Python (`_Relay`: splice cannot decrypt) and HTTP/1.1 served on the TLS transport. A
 client that fails the handshake (plain text, an untrusted or missing certificate) is dropped;
 asyncio logs that only in its debug mode.

@@ -4,7 +4,7 @@ from broker.errors import GazetteError
 
 
 class KeySpaceError(GazetteError):
-    """Base class of every error raised by `broker.keyspace`."""
+    """Base class of every error raised by `cluster.keyspace`."""
 
 
 class EtcdAddressError(KeySpaceError):

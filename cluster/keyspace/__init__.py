@@ -1,11 +1,11 @@
 """The etcd keyspace of brokers and consumers: connection choice, local mirror, member announcement,
 allocator; parameterized by a `KeySpaceSchema` (`BROKER_SCHEMA` by default)."""
 
-from broker.keyspace.allocator import run_allocator
-from broker.keyspace.announce import Announcement
-from broker.keyspace.errors import KeySpaceError
-from broker.keyspace.etcd import EtcdConnection, EtcdProcess, open_etcd
-from broker.keyspace.keyspace import (
+from cluster.keyspace.allocate import run_allocator
+from cluster.keyspace.announce import Announcement
+from cluster.keyspace.errors import KeySpaceError
+from cluster.keyspace.etcd import EtcdConnection, EtcdProcess, open_etcd
+from cluster.keyspace.keyspace import (
     BROKER_SCHEMA,
     Assignment,
     Item,
