@@ -8,6 +8,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
+
 from broker.client import AppendService, JournalClient, sync
 from broker.protocol import pb
 from consumer.message import ZERO_UUID, Publisher
@@ -157,3 +159,31 @@ def transactional_history(broker: BrokerProcess, journal: str) -> tuple[set[str]
 
     publish(broker, script)
     return committed, uncommitted
+
+
+def in_process(options: dict[str, str], *, direct_only: bool = False) -> tuple[int, list[dict[str, object]]]:
+    """Plan and read in this process (no Spark): the partition count and the rows."""
+    from pipelines.source import read as read_mod
+    from pipelines.source.options import parse_options
+    from pipelines.source.planning import plan_batch, run
+    from pipelines.source.schema import ARROW_BASE
+
+    opts = parse_options(options)
+    parts = [p for p in run(plan_batch(opts)) if p.direct or not direct_only]
+    out: list[dict[str, object]] = []
+    for p in parts:
+        for batch in read_mod.read_partition(p, opts, ARROW_BASE, None):
+            out += batch.to_pylist()
+    return len(parts), out
+
+
+def direct_only_rows(options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[Row]]:
+    """Plan in-process and read every persisted partition with the broker path disabled."""
+    from pipelines.source import read as read_mod
+
+    def no_broker(*args: object) -> object:
+        raise AssertionError("a persisted fragment was read through the broker")
+
+    monkeypatch.setattr(read_mod, "broker_chunks", no_broker)
+    count, rows = in_process(options, direct_only=True)
+    return count, [(r["journal"], r["offset"], r["value"]) for r in rows]  # type: ignore[misc]

@@ -20,7 +20,9 @@ from tests.pipelines.source_helpers import (
     NDJSON,
     Row,
     append_lines,
+    direct_only_rows,
     fragments,
+    in_process,
     make_journal,
     transactional_history,
     unique,
@@ -226,34 +228,6 @@ def test_object_store_snappy_fragments_read_from_signed_urls(
     assert rows_of(reader(spark, store_broker, f"test={test}")) == sorted(rows[names[0]] + rows[names[1]])
     count, direct = direct_only_rows({"broker": store_broker.url, "selector": f"test={test}"}, monkeypatch)
     assert count >= 6 and direct and set(direct) <= set(rows[names[0]] + rows[names[1]])
-
-
-def in_process(options: dict[str, str], *, direct_only: bool = False) -> tuple[int, list[dict[str, object]]]:
-    """Plan and read in this process (no Spark): the partition count and the rows."""
-    from pipelines.source import read as read_mod
-    from pipelines.source.options import parse_options
-    from pipelines.source.planning import plan_batch, run
-    from pipelines.source.schema import ARROW_BASE
-
-    opts = parse_options(options)
-    parts = [p for p in run(plan_batch(opts)) if p.direct or not direct_only]
-    out: list[dict[str, object]] = []
-    for p in parts:
-        for batch in read_mod.read_partition(p, opts, ARROW_BASE, None):
-            out += batch.to_pylist()
-    return len(parts), out
-
-
-def direct_only_rows(options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[Row]]:
-    """Plan in-process and read every persisted partition with the broker path disabled."""
-    from pipelines.source import read as read_mod
-
-    def no_broker(*args: object) -> object:
-        raise AssertionError("a persisted fragment was read through the broker")
-
-    monkeypatch.setattr(read_mod, "broker_chunks", no_broker)
-    count, rows = in_process(options, direct_only=True)
-    return count, [(r["journal"], r["offset"], r["value"]) for r in rows]  # type: ignore[misc]
 
 
 def test_csv_and_fixed_framings(broker: BrokerProcess) -> None:
