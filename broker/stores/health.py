@@ -73,6 +73,7 @@ class StoreHealth:
         self._recheck = asyncio.Event()
         self._next: asyncio.Future[str] | None = None  # Resolved by the next check to complete.
         self._last_check = 0.0  # Loop time the last check began.
+        self._requested = False  # A check was asked for by `request_check`.
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -92,9 +93,9 @@ class StoreHealth:
         return await asyncio.shield(self._next)
 
     def request_check(self) -> None:
-        """Check again now, unless a check began less than REQUESTED_CHECK_INTERVAL ago."""
-        if asyncio.get_running_loop().time() - self._last_check >= REQUESTED_CHECK_INTERVAL:
-            self._recheck.set()
+        """Check again now, or REQUESTED_CHECK_INTERVAL after the last check began if that is later."""
+        self._requested = True
+        self._recheck.set()
 
     def mark_failed(self, error: str) -> None:
         """Record a failure seen by a store user, so the store is re-checked soon."""
@@ -124,9 +125,14 @@ class StoreHealth:
                     log.info("fragment store healthy again", extra={"store": self.store.url})
                 self.error, failures, delay = "", 0, RECHECK_AFTER_SUCCESS
             self._checked.set()
-            self._recheck.clear()
+            if not self._requested:  # One asked for during this check is still due.
+                self._recheck.clear()
             if self._next is not None and not self._next.done():
                 self._next.set_result(self.error)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay * random.uniform(1 - JITTER, 1 + JITTER)):
                     await self._recheck.wait()
+            if self._requested:
+                self._requested = False
+                loop = asyncio.get_running_loop()
+                await asyncio.sleep(max(0.0, self._last_check + REQUESTED_CHECK_INTERVAL - loop.time()))
