@@ -61,6 +61,12 @@ class AdoptingStore(Protocol):
         ...
 
 
+def bucket_and_prefix(url: str) -> tuple[str, str]:
+    """A bucket store URL's bucket (its host) and object prefix (its path, without the leading '/')."""
+    parsed = urlparse(url)
+    return parsed.hostname or "", parsed.path.lstrip("/")
+
+
 def query_args(url: str, allowed: set[str]) -> dict[str, str]:
     """A store URL's query arguments, keyed case-insensitively; unknown keys are an error."""
     args: dict[str, str] = {}

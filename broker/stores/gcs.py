@@ -19,7 +19,6 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import BinaryIO, TypeVar
-from urllib.parse import urlparse
 
 import google.auth
 import google.auth.credentials
@@ -30,7 +29,7 @@ from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exceptions
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from broker.stores.base import Prepended, StoreError, StoreObject, query_args, read_head, rewrite
+from broker.stores.base import Prepended, StoreError, StoreObject, bucket_and_prefix, query_args, read_head, rewrite
 
 ARGS = {"find", "replace"}
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
@@ -61,9 +60,7 @@ T = TypeVar("T")
 class GCSStore:
     def __init__(self, url: str) -> None:
         self.url = url
-        parsed = urlparse(url)
-        self.bucket = parsed.hostname or ""
-        self.prefix = parsed.path.lstrip("/")
+        self.bucket, self.prefix = bucket_and_prefix(url)
         self._args = query_args(url, ARGS)
         self._emulator = os.environ.get(EMULATOR_ENV, "")
         self._lock = threading.Lock()

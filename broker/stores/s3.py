@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
-from broker.stores.base import StoreError, StoreObject, query_args, rewrite
+from broker.stores.base import StoreError, StoreObject, bucket_and_prefix, query_args, rewrite
 
 ARGS = {"endpoint", "profile", "region", "ACL", "storageClass", "SSE", "SSEKMSKeyId", "find", "replace"}
 READ_CHUNK = 1 << 20
@@ -24,9 +23,7 @@ READ_CHUNK = 1 << 20
 class S3Store:
     def __init__(self, url: str) -> None:
         self.url = url
-        parsed = urlparse(url)
-        self.bucket = parsed.hostname or ""
-        self.prefix = parsed.path.lstrip("/")
+        self.bucket, self.prefix = bucket_and_prefix(url)
         self._args = query_args(url, ARGS)
         session = boto3.session.Session(profile_name=self._args.get("profile") or None)
         config = botocore.config.Config(
