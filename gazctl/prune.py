@@ -285,18 +285,6 @@ def prunable_fragments(
     return out
 
 
-def unhinted_fragments(journal: str, listed: Iterable[pb.Fragment], hint_sets: Sequence[FSMHints]) -> JournalPrune:
-    """The fragments of recovery log `journal` that no live file of any of `hint_sets` (a shard's
-    primary and backup hints, each with live files) has data in: its Player never reads them
-    (`cmd/gazctl/gazctlcmd/shards_prune.go`). Gazette's rule for one shard: `HintedLogs` folds the sets, and
-    `prunable_fragments` applies their segments of `journal`."""
-    hinted = HintedLogs()
-    for i, hints in enumerate(hint_sets):
-        hinted.add_shard(f"hint set {i}", journal, hints, ())
-    segments = [] if journal in hinted.skipped else hinted.segments.get(journal, [])
-    return prunable_fragments(journal, listed, segments)
-
-
 # -- `gazctl shards prune`: Gazette's command loop (cmd/gazctl/gazctlcmd/shards_prune.go) ---------------
 
 REMOVE_LIMIT = 32

@@ -19,12 +19,12 @@ from gazctl.errors import GazctlError
 from gazctl.prune import (
     HintedLog,
     HintedLogs,
+    JournalPrune,
     SelectedShards,
     fold_shards,
     is_auth_error,
     prunable_fragments,
     prune_hinted_logs,
-    unhinted_fragments,
 )
 
 LOG = "shards/recovery/log"
@@ -54,6 +54,15 @@ LISTED = [
     fragment(1500, 2000),  # Past the last segment's recorded end: the live tail, kept.
     fragment(2000, 2100, persisted=False),  # Only in brokers' spools: never deleted.
 ]
+
+
+def unhinted_fragments(journal: str, listed: list[pb.Fragment], hint_sets: list[rpb.FSMHints]) -> JournalPrune:
+    """The fragments of `journal` that Gazette's rule prunes when each of `hint_sets` is one shard's
+    hints (`HintedLogs` folds them, `prunable_fragments` applies their segments of `journal`)."""
+    hinted = HintedLogs()
+    for i, hint_set in enumerate(hint_sets):
+        hinted.add_shard(f"shard {i}", journal, hint_set, ())
+    return prunable_fragments(journal, listed, [] if journal in hinted.skipped else hinted.segments.get(journal, []))
 
 
 def test_fragments_no_live_segment_overlaps_are_pruned() -> None:
