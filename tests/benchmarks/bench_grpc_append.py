@@ -1,0 +1,225 @@
+"""Per-RPC cost of small appends, in the shapes Gazette's own Go clients use.
+
+Gazette's client (broker/client/appender.go) makes one `Append` RPC per synchronous append: a
+request naming the journal, one content request, an empty request that commits, a half-close,
+then the response and the stream's end. This load generator issues exactly that, over grpc.aio,
+from `--procs` client processes (so that the client is not the bottleneck), each writer to its
+own journal, one append at a time:
+
+* 1 writer and 16 writers, 256 B and 4 KiB appends (`--writers`, `--sizes`);
+* beside them, the client library's `append()` (an HTTP PUT) one at a time, same sizes.
+
+For every shape: appends/s, p50/p99 latency, and the broker's CPU per append (its process's
+user+system seconds from /proc over the shape, divided by the appends), with the client
+processes' CPU per append for reference. One real etcd and `gazette serve` (replication 1,
+file:// store), started here; `--broker-args` passes more flags to it (e.g. `--broker.workers 2`).
+With `--peer-bench PYTHON` it also runs ../shared/bench/peer_bench.py's latency cases with that
+interpreter in the same run, so NATS JetStream's and Redis's one-at-a-time figures print beside ours.
+
+    python -m tests.benchmarks.bench_grpc_append [--seconds 8] [--writers 1,16] [--sizes 256,4096]
+        [--procs 4] [--broker-args "--broker.workers 2"] [--peer-bench ~/.cache/gazette-peer-bench/venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from broker.client import JournalClient, append
+from broker.protocol import pb, pb_grpc
+from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
+from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+
+APPEND_METHOD = "/protocol.Journal/Append"
+PEER_BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench" / "peer_bench.py"
+
+
+@dataclass
+class Shape:
+    """One measured shape: `writers` concurrent synchronous appends of `size` bytes over `path`."""
+
+    path: str  # "grpc" or "http"
+    writers: int
+    size: int
+    appends: int = 0
+    seconds: float = 0.0
+    latencies: tuple[float, ...] = ()
+    broker_cpu: float = 0.0
+    client_cpu: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.path} {self.writers}w {self.size} B"
+
+
+async def grpc_writer(target: str, journal: str, payload: bytes, until: float, warmup: float) -> list[float]:
+    """One writer: Append RPCs in Go's shape, one at a time, until `until`; latencies after `warmup`."""
+    latencies: list[float] = []
+    header = pb.AppendRequest(journal=journal).SerializeToString()
+    content = pb.AppendRequest(content=payload).SerializeToString()
+    async with grpc.aio.insecure_channel(target) as channel:
+        rpc = channel.stream_unary(APPEND_METHOD, request_serializer=None,
+                                   response_deserializer=pb.AppendResponse.FromString)
+        while (now := time.perf_counter()) < until:
+            call = rpc()
+            await call.write(header)
+            await call.write(content)
+            await call.write(b"")
+            await call.done_writing()
+            resp: pb.AppendResponse = await call
+            if resp.status != pb.OK:
+                raise RuntimeError(f"append to {journal}: {pb.Status.Name(resp.status)}")
+            if now >= warmup:
+                latencies.append(time.perf_counter() - now)
+    return latencies
+
+
+async def http_writer(target: str, journal: str, payload: bytes, until: float, warmup: float) -> list[float]:
+    """One writer: the client library's `append()` (HTTP PUT), one at a time."""
+    latencies: list[float] = []
+    async with JournalClient(target) as client:
+        while (now := time.perf_counter()) < until:
+            await append(client, journal, payload)
+            if now >= warmup:
+                latencies.append(time.perf_counter() - now)
+    return latencies
+
+
+def client_main(spec: str) -> None:
+    """A client process: run its writers and print their latencies as JSON."""
+    args = json.loads(spec)
+    writer = grpc_writer if args["path"] == "grpc" else http_writer
+    payload = os.urandom(args["size"] // 2).hex().encode()[: args["size"]]
+
+    async def run() -> list[list[float]]:
+        return await asyncio.gather(*(
+            writer(args["target"], j, payload, args["until"], args["warmup"]) for j in args["journals"]))
+
+    out = asyncio.run(run())
+    print(json.dumps({"latencies": [x for w in out for x in w], "cpu": time.process_time()}))
+
+
+def measure(shape: Shape, broker: BrokerProcess, journals: list[str], procs: int, seconds: float) -> None:
+    """Run `shape` over `procs` client processes (each a share of the writers) and fill in its figures."""
+    procs = max(1, min(procs, shape.writers))
+    start = time.perf_counter() + 1.5  # Client processes start (imports) before the clock runs.
+    warmup, until = start + 1.0, start + 1.0 + seconds
+    # perf_counter is CLOCK_MONOTONIC on Linux: the same clock in every process of this host.
+    groups = [journals[i::procs] for i in range(procs)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.benchmarks.bench_grpc_append", "--client", json.dumps({
+                "path": shape.path, "size": shape.size, "target": f"127.0.0.1:{broker.port}"
+                if shape.path == "grpc" else f"http://127.0.0.1:{broker.port}",
+                "journals": group, "until": until, "warmup": warmup})],
+            stdout=subprocess.PIPE)
+        for group in groups if group
+    ]
+    while time.perf_counter() < warmup:
+        time.sleep(0.005)
+    cpu0 = cpu_seconds(broker.proc.pid)
+    while time.perf_counter() < until:
+        time.sleep(0.005)
+    cpu1 = cpu_seconds(broker.proc.pid)
+    latencies: list[float] = []
+    for child in children:
+        out, _ = child.communicate(timeout=120)
+        if child.returncode != 0:
+            raise RuntimeError(f"client process of {shape.name} failed ({child.returncode})")
+        result = json.loads(out)
+        latencies += result["latencies"]
+        shape.client_cpu += result["cpu"]
+    shape.latencies = tuple(sorted(latencies))
+    shape.appends = len(latencies)
+    shape.seconds = seconds
+    shape.broker_cpu = cpu1 - cpu0
+
+
+def peer_latencies(python: str, sizes: list[int], seconds: float) -> list[str]:
+    """peer_bench.py's one-at-a-time latency rows (NATS JetStream, Redis) for `sizes`, as printed lines."""
+    if not PEER_BENCH.exists():
+        return [f"(no {PEER_BENCH})"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "peers.json"
+        cmd = [python, str(PEER_BENCH), "--out", str(out), "--lat-seconds", str(seconds)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 or not out.exists():
+            return [f"(peer_bench failed: {proc.stderr.strip()[-400:]})"]
+        rows = json.loads(out.read_text())
+    rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
+    lines = []
+    for row in rows:
+        text = json.dumps(row)
+        if "lat" in text and any(f'"{s}"' in text or f": {s}," in text for s in sizes):
+            lines.append(text)
+    return lines or [json.dumps(r) for r in rows]
+
+
+def print_report(shapes: list[Shape], broker_args: str, peers: list[str]) -> None:
+    print(f"# gRPC Append in Go's shape vs HTTP PUT ({os.cpu_count()} cores; broker args: {broker_args or '-'})")
+    print(f"{'shape':<22} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'broker us/append':>17} "
+          f"{'client us/append':>17}")
+    for s in shapes:
+        n = max(1, s.appends)
+        print(f"{s.name:<22} {s.appends / s.seconds:>10,.0f} {percentile(list(s.latencies), 50) * 1e3:>8.2f} "
+              f"{percentile(list(s.latencies), 99) * 1e3:>8.2f} {s.broker_cpu / n * 1e6:>17,.0f} "
+              f"{s.client_cpu / n * 1e6:>17,.0f}")
+    if peers:
+        print("# peer_bench.py latency cases (same run)")
+        for line in peers:
+            print(line)
+
+
+def run(args: argparse.Namespace) -> None:
+    writers = [int(w) for w in args.writers.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    shapes = [Shape("grpc", w, s) for w in writers for s in sizes]
+    shapes += [Shape("http", 1, s) for s in sizes]
+    journals = [f"bench/w{i:02d}" for i in range(max(writers))]
+    with tempfile.TemporaryDirectory() as tmp, \
+            etcd_and_broker(Path(tmp), *shlex.split(args.broker_args)) as broker:
+        with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
+            stub = pb_grpc.JournalStub(channel)
+            specs = [journal_spec(j) for j in journals]
+            for spec in specs:
+                spec.fragment.length = 256 << 20
+            apply_specs(stub, *specs)
+            for j in journals:
+                wait_for_primary(stub, j)
+        for shape in shapes:
+            log(f"measuring {shape.name}")
+            measure(shape, broker, journals[: shape.writers], args.procs, args.seconds)
+    peers = peer_latencies(args.peer_bench, sizes, args.seconds) if args.peer_bench else []
+    print_report(shapes, args.broker_args, peers)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per shape (after 1 s warm-up)")
+    parser.add_argument("--writers", default="1,16", help="writer counts, comma-separated")
+    parser.add_argument("--sizes", default="256,4096", help="append sizes in bytes, comma-separated")
+    parser.add_argument("--procs", type=int, default=4, help="client processes sharing the writers")
+    parser.add_argument("--broker-args", default="", help="more flags for `gazette serve`, as one string")
+    parser.add_argument("--peer-bench", metavar="PYTHON", default="",
+                        help="also run peer_bench.py's cases with this interpreter (the peer venv's python)")
+    parser.add_argument("--client", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.client:
+        client_main(args.client)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
