@@ -24,7 +24,7 @@ from broker.fragment import Fragment, FragmentError
 from broker.pipeline import same_id
 from broker.protocol import labels, pb, pb_grpc
 from broker.protocol.auth import Capability, Claims, KeyedAuth, authorized, verify_call
-from broker.protocol.metadata import APPEND_BEGUN, never_begun
+from broker.protocol.metadata import APPEND_BEGUN, WANT_APPEND_BEGUN, never_begun, wants_append_begun
 from broker.protocol.validation import (
     ValidationError,
     validate_append_request,
@@ -267,8 +267,9 @@ class JournalService(pb_grpc.JournalServicer):
         self, request_iterator: AsyncIterator[pb.AppendRequest | ContentChunk], context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
         claims = await verify_call(self.auth, context, Capability.APPEND)
-        # Before anything else: a client whose append ends CANCELLED without it knows it was never begun.
-        await context.send_initial_metadata(APPEND_BEGUN)
+        if wants_append_begun(context.invocation_metadata()):
+            # Before anything else: a client whose append ends CANCELLED without it knows it was never begun.
+            await context.send_initial_metadata(APPEND_BEGUN)
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:
@@ -330,7 +331,7 @@ class JournalService(pb_grpc.JournalServicer):
         endpoint = self.state.resolver.endpoint_of(header.process_id, header.route)
         remaining = deadline - asyncio.get_running_loop().time()
         if await self.state.dialer.connected(endpoint, min(PROXY_RETRY_INTERVAL * 4, max(remaining, 0.0))):
-            call = self.state.dialer.stub(endpoint).Append(forwarding.requests(header))
+            call = self.state.dialer.stub(endpoint).Append(forwarding.requests(header), metadata=WANT_APPEND_BEGUN)
             try:
                 resp: pb.AppendResponse | None = await self._unless_primary_replaced(context, call, forwarding, header)
                 return resp

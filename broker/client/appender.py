@@ -25,7 +25,7 @@ from broker.client.dial import JournalClient
 from broker.client.errors import AppendOutcomeUnknown, ProtocolError, TransportError, status_error
 from broker.client.http_append import NotHttp
 from broker.protocol import pb
-from broker.protocol.metadata import never_begun
+from broker.protocol.metadata import WANT_APPEND_BEGUN, never_begun
 from broker.protocol.validation import validate_append_request
 
 CHUNK_SIZE = 1 << 20
@@ -121,7 +121,7 @@ class Appender:
                 first = pb.AppendRequest()
                 first.CopyFrom(self.request)
                 first.min_etcd_revision = revision
-            self._call = self.client.stub(self.endpoint).Append()
+            self._call = self.client.stub(self.endpoint).Append(metadata=WANT_APPEND_BEGUN)
             await self._send(first)
 
     async def _send(self, req: pb.AppendRequest) -> None:

@@ -36,7 +36,7 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb
-from broker.protocol.metadata import APPEND_BEGUN_KEY, never_begun
+from broker.protocol.metadata import APPEND_BEGUN_KEY, WANT_APPEND_BEGUN, never_begun
 from tests.broker.inprocess import InProcessBroker, InProcessCluster
 from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
@@ -58,6 +58,31 @@ def test_never_begun_needs_a_stop_and_no_marker() -> None:
     # Other failures may have come after the broker began (a connection lost mid-commit).
     assert not never_begun(unavailable, "Socket closed", None)
     assert not never_begun(grpc.StatusCode.ABORTED, "", None)
+
+
+async def test_the_marker_goes_to_appends_that_ask_for_it(tmp_path: Path, etcd_endpoint: str) -> None:
+    """APPEND_BEGUN is initial metadata for a call with WANT_APPEND_BEGUN (this project's clients),
+    and none for one without (Gazette's Go client): the broker spares those the extra send."""
+    broker = BrokerProcess(tmp_path, etcd_endpoint, f"/test/{uuid.uuid4().hex}").wait_ready()
+    channel, stub = broker.stub()
+    with channel:
+        apply_specs(stub, journal_spec("marker/j"))
+        wait_for_primary(stub, "marker/j")
+    async with grpc.aio.insecure_channel(broker.target) as aio_channel:
+        append_rpc = aio_channel.stream_unary(
+            "/protocol.Journal/Append", request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )
+        for metadata, marked in ((WANT_APPEND_BEGUN, True), ((), False)):
+            call = append_rpc(metadata=metadata)
+            for req in (pb.AppendRequest(journal="marker/j"), pb.AppendRequest(content=b"x\n"), pb.AppendRequest()):
+                await call.write(req)
+            await call.done_writing()
+            resp = await call
+            assert resp.status == pb.OK
+            initial = await call.initial_metadata()
+            assert any(key == APPEND_BEGUN_KEY for key, _ in initial or ()) is marked, (metadata, initial)
+    broker.stop()
 
 
 async def read_all(url: str, journal: str) -> bytes:
