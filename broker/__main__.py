@@ -1,4 +1,4 @@
-"""`python -m broker` runs the `gazette` command line."""
+"""`python -m broker serve` runs the broker's own command line (`gazette serve`)."""
 
 from broker.cli import main
 

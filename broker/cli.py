@@ -1,38 +1,37 @@
-"""`gazette`: the broker's command line (`gazette serve`)."""
+"""`gazette serve`: the broker's command line (`python -m broker serve` runs it alone; the `gazette`
+command, `gazette.cli`, carries it beside `consume`). The flags and checks it shares with
+`gazette consume` are `cluster.server.command`'s."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
-import random
 import socket
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from broker.errors import AuthError, GazetteError
-from broker.gateway import DebugConfig
-from broker.protocol import pb
-from broker.protocol.auth import parse_keys
+from broker.errors import GazetteError
 from broker.protocol.credentials import TLSFiles
-from broker.protocol.validation import (
-    MAX_SUFFIX_LEN,
-    MAX_ZONE_LEN,
-    MIN_SUFFIX_LEN,
-    MIN_ZONE_LEN,
-    TOKEN_SYMBOLS,
-    ValidationError,
-    validate_broker_spec,
-    validate_endpoint,
-    validate_token,
-)
 from broker.server import Broker, BrokerConfig
-from broker.specs.durations import DurationError, parse_duration
 from cluster.server import logs
+from cluster.server.command import (
+    ETCD_TLS_FLAGS,
+    DebugPortOption,
+    DebugPrivateOption,
+    EtcdCertFileOption,
+    EtcdCertKeyFileOption,
+    EtcdTrustedCAFileOption,
+    check_auth_keys,
+    check_identity,
+    check_tls,
+    debug_config,
+    duration_seconds,
+    two_words,
+)
 from cluster.server.logs import LogFormat
-from cluster.server.tls import ServerTLS, TLSFileError, check_client_files
+from cluster.server.tls import ServerTLS
 from cluster.server.tuning import keep_freed_memory, raise_open_file_limit
 
 app = typer.Typer(
@@ -42,15 +41,6 @@ app = typer.Typer(
     add_completion=False,
 )
 
-_ADJECTIVES = ("amber", "brisk", "calm", "dusty", "eager", "fuzzy", "gentle", "hollow", "ivory", "jolly",
-               "keen", "lucky", "misty", "noble", "olive", "proud", "quiet", "rapid", "silver", "tidy")
-_NOUNS = ("otter", "falcon", "maple", "harbor", "comet", "badger", "cedar", "willow", "heron", "pebble",
-          "lynx", "meadow", "raven", "spruce", "tundra", "walrus", "yarrow", "zephyr", "basil", "delta")
-
-
-def _two_words() -> str:
-    return f"{random.choice(_ADJECTIVES)}-{random.choice(_NOUNS)}-{random.randrange(1000, 9999)}"
-
 
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -58,72 +48,6 @@ def _default_state_dir() -> Path:
 
 
 DEFAULT_STATE_DIR = _default_state_dir()
-
-
-def duration_seconds(value: str | float) -> float:
-    """A duration flag's value in seconds: a Go duration (`20s`, `1m30s`, `250ms`), as Gazette's
-    flags take, or a bare number of seconds (`20`, `0.03`), as this project's always did."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            seconds = parse_duration(text) / 1e9
-        except DurationError:
-            raise typer.BadParameter(
-                f"{value!r} is not a duration: give a Go duration such as 20s, 1m30s or 250ms, or seconds (20)"
-            ) from None
-    if not math.isfinite(seconds):
-        raise typer.BadParameter(f"{value!r} is not a duration: give a finite one, such as 20s")
-    return seconds
-
-
-DebugPortOption = Annotated[
-    int | None,
-    typer.Option(
-        "--debug.port", envvar="DEBUG_PORT", show_default=False,
-        help="Port serving /debug/ready and /debug/metrics (and, unless --debug.private, every other route).",
-    ),
-]
-DebugPrivateOption = Annotated[
-    bool,
-    typer.Option(
-        "--debug.private", envvar="DEBUG_PRIVATE",
-        help="Serve /debug/ready and /debug/metrics only on --debug.port, not on the public port.",
-    ),
-]
-
-
-def debug_config(port: int | None, private: bool) -> DebugConfig:
-    """The --debug.port and --debug.private flags, checked."""
-    if port is not None and not 0 < port < 65536:
-        raise typer.BadParameter(f"must be a port number (1 to 65535), not {port}", param_hint="--debug.port")
-    return DebugConfig(port, private)
-
-
-EtcdCertFileOption = Annotated[
-    str,
-    typer.Option(
-        "--etcd.cert-file", envvar="ETCD_CERT_FILE", show_default=False,
-        help="PEM client certificate presented to an https:// etcd.",
-    ),
-]
-EtcdCertKeyFileOption = Annotated[
-    str,
-    typer.Option(
-        "--etcd.cert-key-file", envvar="ETCD_CERT_KEY_FILE", show_default=False,
-        help="PEM private key of --etcd.cert-file.",
-    ),
-]
-EtcdTrustedCAFileOption = Annotated[
-    str,
-    typer.Option(
-        "--etcd.trusted-ca-file", envvar="ETCD_TRUSTED_CA_FILE", show_default=False,
-        help="PEM CA certificate(s) trusted for an https:// etcd (default: the system's roots).",
-    ),
-]
 
 
 @app.callback()
@@ -349,9 +273,9 @@ def serve(
         raise typer.BadParameter("needs --broker.file-root, the directory to keep fragments in",
                                  param_hint="--broker.file-only")
     debug = debug_config(debug_port, debug_private)
-    broker_id = broker_id or _two_words()
+    broker_id = broker_id or two_words()
     host = host or socket.gethostname()
-    _check_identity(zone, broker_id, f"http://{host}:{port}", limit)
+    check_identity(zone, broker_id, f"http://{host}:{port}", limit)
     check_auth_keys(auth_keys, "--broker.auth-keys")
     server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file)
     check_tls(server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),
@@ -378,49 +302,7 @@ def serve(
         raise typer.Exit(1) from None
 
 
-def check_auth_keys(keys: str, flag: str) -> None:
-    """Refuse auth keys that do not decode, naming the flag."""
-    if keys:
-        try:
-            parse_keys(keys)
-        except AuthError as err:
-            raise typer.BadParameter(str(err), param_hint=flag) from None
-
-
 PEER_TLS_FLAGS = ("--broker.peer-cert-file", "--broker.peer-cert-key-file", "--broker.peer-ca-file")
-ETCD_TLS_FLAGS = ("--etcd.cert-file", "--etcd.cert-key-file", "--etcd.trusted-ca-file")
-
-
-def check_tls(server: ServerTLS, *clients: tuple[str, str, str, tuple[str, str, str]]) -> None:
-    """Refuse, before anything starts, TLS files that cannot be used, naming the flag: the server's,
-    and each client's (cert, key, CA, and their three flags)."""
-    try:
-        if server.enabled:
-            server.context()
-        for cert_file, key_file, ca_file, flags in clients:
-            check_client_files(cert_file, key_file, ca_file, flags)
-    except TLSFileError as err:
-        raise typer.BadParameter(err.problem, param_hint=err.flag) from None
-
-
-def _check_identity(zone: str, broker_id: str, endpoint: str, limit: int) -> None:
-    """Refuse, before anything starts, an identity peers would reject on every replicated append."""
-    checks = [
-        ("--broker.zone", lambda: validate_token(zone, TOKEN_SYMBOLS, MIN_ZONE_LEN, MAX_ZONE_LEN)),
-        ("--broker.id", lambda: validate_token(broker_id, TOKEN_SYMBOLS, MIN_SUFFIX_LEN, MAX_SUFFIX_LEN)),
-        ("--broker.host", lambda: validate_endpoint(endpoint)),
-        ("--broker.limit", lambda: validate_broker_spec(pb.BrokerSpec(
-            process_spec=pb.ProcessSpec(id=pb.ProcessSpec.ID(zone=zone, suffix=broker_id), endpoint=endpoint),
-            journal_limit=max(limit, 0),
-        ))),
-    ]
-    for flag, check in checks:
-        try:
-            check()
-        except ValidationError as err:
-            raise typer.BadParameter(str(err), param_hint=flag) from None
-    if limit < 0:
-        raise typer.BadParameter(f"must be >= 0, not {limit}", param_hint="--broker.limit")
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -437,4 +319,5 @@ async def _serve(config: BrokerConfig) -> None:
 
 
 def main() -> None:
+    """Run the broker's own command line (`python -m broker serve`)."""
     app()

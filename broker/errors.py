@@ -25,7 +25,8 @@ sharing a name with another):
     │       KeySpaceClosedError, AnnounceError, LeaseLostError
     ├── BrokerError                 broker: the service (journal, offset)
     │   └── AppendError, PipelineError, ReplicationError, MinRateError (an append stream too slow)
-    ├── GatewayError                broker.gateway: a request answered with an HTTP error, a route not added
+    ├── GatewayError                cluster.server.http, broker.gateway: a request answered with an HTTP error,
+    │                               a route not added
     │   └── BadRequest, BadTarget, BodyError (also h11.RemoteProtocolError), RouteError (also ValueError)
     ├── ClientError                 broker.client (journal, offset)
     │   ├── ProtocolError, OffsetJump, UnexpectedEOF, FragmentReadError, SeekRequiresNewReader,

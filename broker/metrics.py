@@ -1,6 +1,7 @@
 """The broker's Prometheus metrics, registered in prometheus_client's default registry.
 
-`/debug/metrics` of the HTTP gateway exposes them.
+`/debug/metrics` of the HTTP gateway exposes them (with `gazette_http_requests_total`, which
+`cluster.server.http.connection` counts for the broker and the consumer alike).
 """
 
 from __future__ import annotations
@@ -21,11 +22,6 @@ FRAGMENT_PERSISTED_BYTES = Counter(
     "Journal bytes of fragments persisted to a fragment store, by journal.",
     ["journal"],
 )
-HTTP_REQUESTS = Counter(
-    "gazette_http_requests_total",
-    "HTTP requests answered by the gateway, by method and status code.",
-    ["method", "code"],
-)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -33,9 +29,3 @@ def append_counters(journal: str) -> tuple[Counter, Counter]:
     """APPEND_REQUESTS and APPEND_BYTES of `journal` (remembered: `labels()` costs a lock and a
     lookup, and every append counts)."""
     return APPEND_REQUESTS.labels(journal), APPEND_BYTES.labels(journal)
-
-
-@functools.lru_cache(maxsize=256)
-def http_requests_counter(method: str, status: int) -> Counter:
-    """HTTP_REQUESTS of one method and status code (remembered, as `append_counters`)."""
-    return HTTP_REQUESTS.labels(method, str(status))

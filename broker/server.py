@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from broker.gateway import DebugConfig, HttpGateway
+from broker.gateway import HttpGateway
 from broker.gateway.local import LocalJournalStub
 from broker.peers import PeerDialer
 from broker.persistence import FragmentPersistence
@@ -37,6 +37,7 @@ from cluster.keyspace import (
     write_suspend,
 )
 from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.http import DebugConfig
 from cluster.server.listener import OnePortListener
 from cluster.server.process import (
     STOP_GRACE,

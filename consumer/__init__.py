@@ -17,7 +17,8 @@
 - `app_api`: "Building APIs": the `AppContext` an application's `init_application(ctx)` gets, to
   serve its own gRPC services and HTTP routes on the consumer's port and resolve or proxy
   requests to a shard's primary.
-- `process`, `cli`: `gazette consume MODULE:ATTR` (and the `gazette` command, with `serve`).
+- `process`, `cli`: `gazette consume MODULE:ATTR` (the `gazette` command, with the broker's `serve`,
+  is `gazette.cli`).
 - `stores`: `SQLStore`, fenced checkpoints over DB-API connections (PostgreSQL, SQLite), and the
   local stores recorded to a shard's recovery log: `JSONFileStore`, `SQLiteStore` (a recorded VFS).
 """

@@ -1,4 +1,4 @@
-"""`python -m consumer` runs the `gazette` command line (`consume`, and the broker's `serve`)."""
+"""`python -m consumer consume MODULE:ATTR` runs the consumer's own command line (`gazette consume`)."""
 
 from consumer.cli import main
 

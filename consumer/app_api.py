@@ -12,7 +12,7 @@ starts and the member announces itself; an exception from it fails the start. `c
 - `ctx.server`: the consumer's `grpc.aio.Server`: register servicers on it
   (`add_FooServicer_to_server(servicer, ctx.server)`); they are served on the consumer's port.
 - `ctx.add_route(method, path, handler)`: an HTTP route on the same port, `handler` being
-  `async def handler(request: HttpRequest) -> HttpResponse` (see `broker.gateway.app_routes`:
+  `async def handler(request: HttpRequest) -> HttpResponse` (see `cluster.server.http.routes`:
   exact paths or `/prefix/*`; a handler error is answered 500 with its text).
 - `ctx.service` (the `ConsumerService`), `ctx.resolver`, `ctx.journal_client`, `ctx.config`.
 - `await ctx.resolve(shard_id, proxy_header=None, read_through=None)`: Gazette's Resolve, with
@@ -56,10 +56,10 @@ import grpc
 import h11
 
 from broker.client.config import dial_target
-from broker.gateway.app_routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
 from broker.protocol import pb as bpb
 from broker.protocol.credentials import TLSFiles
 from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.http.routes import HttpHandler, HttpRequest, HttpResponse, RouteError, RouteTable
 from cluster.server.tls import client_context
 from consumer.errors import ConsumerError
 from consumer.protocol import pb as cpb

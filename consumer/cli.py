@@ -1,11 +1,9 @@
-"""`gazette`: the command line of brokers (`gazette serve`) and consumers (`gazette consume MODULE:ATTR`).
-
-The `gazette` console script runs `main()` here: this app carries broker.cli's `serve` (the
-dependency direction is broker <- consumer, so the app that has both lives on the consumer's
-side); `python -m broker serve` runs the broker's own app, unchanged.
+"""`gazette consume MODULE:ATTR`: the consumer's command line (`python -m consumer consume` runs it
+alone; the `gazette` command, `gazette.cli`, carries it beside the broker's `serve`). The flags and
+checks it shares with `gazette serve` are `cluster.server.command`'s.
 
 Errors are one line on stderr, `error: <what is wrong>`, with exit status 2 for bad arguments and
-1 for a failure to start; never a traceback.
+1 for a failure to start (`StartError`); never a traceback.
 """
 
 from __future__ import annotations
@@ -13,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import sys
 from typing import Annotated, Any
 
 import typer
 
-from broker import cli as broker_cli
 from broker.errors import GazetteError
 from broker.protocol.credentials import TLSFiles
-from cluster.server import logs
+from cluster.server import command, logs
 from cluster.server.logs import LogFormat
 from cluster.server.tls import ServerTLS
 from consumer.errors import ConsumerError
@@ -41,18 +37,16 @@ log = logging.getLogger(__name__)
 
 app = typer.Typer(
     name="gazette",
-    help="Gazette: `serve` runs a broker (journals over gRPC and HTTP on one port); "
-    "`consume MODULE:ATTR` runs a consumer application's shards.",
+    help="Gazette consumer: `consume MODULE:ATTR` runs a consumer application's shards.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("serve")(broker_cli.serve)
 
 
 @app.callback()
 def main_callback() -> None:
-    """Gazette brokers and consumers."""
+    """Gazette consumer."""
 
 
 @app.command()
@@ -117,7 +111,7 @@ def consume(
         float,
         typer.Option(
             "--consumer.watch-delay", envvar="CONSUMER_WATCH_DELAY", show_default="5ms",
-            parser=broker_cli.duration_seconds, metavar="DURATION",
+            parser=command.duration_seconds, metavar="DURATION",
             help="Least time between two applied batches of etcd watch events (a Go duration, or seconds): events"
             " arriving sooner are gathered, and one after a quiet spell applies at once.",
         ),
@@ -126,7 +120,7 @@ def consume(
         float,
         typer.Option(
             "--consumer.hints-interval", envvar="CONSUMER_HINTS_INTERVAL", show_default="5m",
-            parser=broker_cli.duration_seconds, metavar="DURATION",
+            parser=command.duration_seconds, metavar="DURATION",
             help="Time between a primary's stores of its recovery log's hints in etcd, at least 100ms (which bound"
             " what a recovering replica replays, and what `gazctl shards prune` may delete).",
         ),
@@ -228,9 +222,9 @@ def consume(
             help="etcd of the consumer's keyspace (`gazette serve`'s embedded etcd answers at the default).",
         ),
     ] = "http://localhost:2379",
-    etcd_cert_file: broker_cli.EtcdCertFileOption = "",
-    etcd_cert_key_file: broker_cli.EtcdCertKeyFileOption = "",
-    etcd_trusted_ca_file: broker_cli.EtcdTrustedCAFileOption = "",
+    etcd_cert_file: command.EtcdCertFileOption = "",
+    etcd_cert_key_file: command.EtcdCertKeyFileOption = "",
+    etcd_trusted_ca_file: command.EtcdTrustedCAFileOption = "",
     etcd_prefix: Annotated[
         str,
         typer.Option(
@@ -243,7 +237,7 @@ def consume(
         float,
         typer.Option(
             "--etcd.lease", envvar="ETCD_LEASE_TTL", show_default="20s",
-            parser=broker_cli.duration_seconds, metavar="DURATION",
+            parser=command.duration_seconds, metavar="DURATION",
             help="TTL of the consumer's etcd lease (a Go duration, e.g. 20s, or seconds).",
         ),
     ] = 20.0,
@@ -254,8 +248,8 @@ def consume(
             help="Origin whose browser requests the consumer's HTTP routes allow (CORS); repeat for more.",
         ),
     ] = None,
-    debug_port: broker_cli.DebugPortOption = None,
-    debug_private: broker_cli.DebugPrivateOption = False,
+    debug_port: command.DebugPortOption = None,
+    debug_private: command.DebugPrivateOption = False,
     log_level: Annotated[
         str,
         typer.Option("--log.level", envvar="LOG_LEVEL", help="Logging level: debug, info, warn, error."),
@@ -269,8 +263,8 @@ def consume(
     if log_level.lower() not in logs.LEVELS:
         raise typer.BadParameter(f"unknown level {log_level!r}; use one of {', '.join(logs.LEVELS)}",
                                  param_hint="--log.level")
-    debug = broker_cli.debug_config(debug_port, debug_private)
-    consumer_id = consumer_id or broker_cli._two_words()
+    debug = command.debug_config(debug_port, debug_private)
+    consumer_id = consumer_id or command.two_words()
     host = host or socket.gethostname()
     _check_identity(zone, consumer_id, f"http://{host}:{port}", limit)
     if max_hot_standbys < 0:
@@ -285,13 +279,13 @@ def consume(
         raise typer.BadParameter(
             f"{etcd_prefix!r} must start with '/' and not end with one", param_hint="--etcd.prefix"
         )
-    broker_cli.check_auth_keys(auth_keys, "--consumer.auth-keys")
-    broker_cli.check_auth_keys(broker_auth_keys, "--broker.auth-keys")
+    command.check_auth_keys(auth_keys, "--consumer.auth-keys")
+    command.check_auth_keys(broker_auth_keys, "--broker.auth-keys")
     server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file, flag="--consumer.server")
-    broker_cli.check_tls(
+    command.check_tls(
         server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),
         (broker_cert_file, broker_cert_key_file, broker_trusted_ca_file, BROKER_TLS_FLAGS),
-        (etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file, broker_cli.ETCD_TLS_FLAGS),
+        (etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file, command.ETCD_TLS_FLAGS),
     )
     broker_tls = None
     if broker_cert_file or broker_trusted_ca_file:
@@ -326,13 +320,9 @@ class StartError(ConsumerError):
 
 
 def _check_identity(zone: str, consumer_id: str, endpoint: str, limit: int) -> None:
-    """The broker's identity check (`broker.cli._check_identity`), naming the consumer's flags,
-    then the ConsumerSpec's own validation."""
-    try:
-        broker_cli._check_identity(zone, consumer_id, endpoint, limit)
-    except typer.BadParameter as err:
-        hint = str(err.param_hint or "").replace("--broker.", "--consumer.")
-        raise typer.BadParameter(err.message, param_hint=hint) from None
+    """The broker's identity check (`cluster.server.command.check_identity`), naming the consumer's
+    flags, then the ConsumerSpec's own validation."""
+    command.check_identity(zone, consumer_id, endpoint, limit, flags="--consumer")
     spec = cpb.ConsumerSpec(shard_limit=limit)
     spec.process_spec.id.zone, spec.process_spec.id.suffix = zone, consumer_id
     spec.process_spec.endpoint = endpoint
@@ -359,35 +349,9 @@ async def _consume(config: ConsumerConfig, application: Any) -> int:
     return await process.run_until_signalled()
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def main() -> None:
-    """Run `gazette` on the process's arguments; errors are one line on stderr, never a traceback."""
-    try:
-        code = app(standalone_mode=False)
-    except StartError as exc:
-        typer.echo(f"error: {_one_line(str(exc))}", err=True)
-        sys.exit(1)
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("error: aborted", err=True)
-        sys.exit(1)
-    except Exception as exc:
-        # Click's exceptions (typer vendors click from 0.20 on: match them by what they have).
-        format_message, exit_code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
-        if format_message is None or not isinstance(exit_code, int):
-            raise
-        if type(exc).__name__ == "NoArgsIsHelpError":  # `gazette` alone: its help.
-            typer.echo(format_message(), err=True)
-            sys.exit(exit_code)
-        ctx = getattr(exc, "ctx", None)
-        command = ctx.command_path if ctx is not None else "gazette"
-        usage = any(c.__name__ == "UsageError" for c in type(exc).__mro__)
-        hint = f" (see `{command} --help`)" if usage else ""
-        typer.echo(f"error: {_one_line(format_message())}{hint}", err=True)
-        sys.exit(exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    """Run `gazette consume` alone (`python -m consumer consume`); errors are one line on stderr."""
+    command.run(app, (StartError,))
 
 
-__all__ = ["app", "main"]
+__all__ = ["StartError", "app", "consume", "main"]

@@ -4,11 +4,12 @@ one port serving the Shard gRPC API and HTTP (Gazette's `mainboilerplate/runcons
 - `load_application("module:attr")` imports the application object as uvicorn loads `main:app`.
 - `ConsumerProcess` wires the broker's parts, reused rather than copied: etcd (`open_etcd`, here
   always an existing etcd: a consumer never embeds one), a grpc.aio server on an internal unix
-  socket with the Shard service, the `HttpGateway` (`/debug/ready`, `/debug/metrics`) and the
-  `OnePortListener` in front of both; then the `ConsumerService` (announce, keyspace, allocator,
-  replicas). An application's optional `init_application(ctx)` (`consumer.app_api.AppContext`)
-  is awaited before the gRPC server starts and the member announces: it registers the
-  application's gRPC servicers and HTTP routes on the same port (Gazette's InitApplication).
+  socket with the Shard service, the `HttpServer` (`/debug/ready`, `/debug/metrics`, the
+  application's routes; `cluster.server.http`) and the `OnePortListener` in front of both; then
+  the `ConsumerService` (announce, keyspace, allocator, replicas). An application's optional
+  `init_application(ctx)` (`consumer.app_api.AppContext`) is awaited before the gRPC server
+  starts and the member announces: it registers the application's gRPC servicers and HTTP routes
+  on the same port (Gazette's InitApplication).
   `run_until_signalled()` serves until SIGTERM or SIGINT, then `stop()`s: the
   service's graceful exit (the member is marked exiting, its shards move to other members,
   replicas drain), then the port closes.
@@ -43,12 +44,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker.client import Credentials, JournalClient, TLSFiles
-from broker.gateway import DebugConfig, HttpGateway
-from broker.gateway.app_routes import RouteTable
 from broker.protocol.auth import KeyedAuth
 from cluster.keyspace import open_etcd
 from cluster.keyspace.etcd import EtcdConnection
-from cluster.server.channels import CHANNEL_OPTIONS
+from cluster.server.http import DebugConfig, HttpServer, RouteTable
 from cluster.server.listener import OnePortListener
 from cluster.server.process import (
     STOP_GRACE,
@@ -238,15 +237,14 @@ class ConsumerProcess:
         self.grpc_path = os.path.join(self._runtime_dir, "grpc.sock")
         self.etcd: EtcdConnection | None = None
         self.grpc_server: grpc.aio.Server | None = None
-        self.gateway_channel: grpc.aio.Channel | None = None
-        self.gateway: HttpGateway | None = None
+        self.http_server: HttpServer | None = None
         self.listener: OnePortListener | None = None
         self.debug_server: asyncio.Server | None = None
         self.journal_client: JournalClient | None = None
         self.service: ConsumerService | None = None
         self.api: ShardAPI | None = None
         self.routes = RouteTable()
-        """HTTP routes the application added (served on the port before journal routes)."""
+        """HTTP routes the application added (served on the port; any other path is a 404)."""
         self.app_context: AppContext | None = None
         self._stopped = False
 
@@ -276,13 +274,11 @@ class ConsumerProcess:
         # connections once the service has started.
         self.grpc_server = grpc.aio.server(options=grpc_server_options(cfg.max_grpc_recv_size))
         self.grpc_server.add_insecure_port(f"unix:{self.grpc_path}")
-        self.gateway_channel = grpc.aio.insecure_channel(f"unix:{self.grpc_path}", options=CHANNEL_OPTIONS)
-        self.gateway = HttpGateway(
-            self.gateway_channel, ready=lambda: self.ready, routes=self.routes, debug=not cfg.debug.private,
-            allow_origins=cfg.allow_origins,
+        self.http_server = HttpServer(
+            ready=lambda: self.ready, routes=self.routes, debug=not cfg.debug.private, allow_origins=cfg.allow_origins,
         )
         ssl_context = cfg.server_tls.context() if cfg.server_tls.enabled else None
-        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.gateway, ssl_context=ssl_context)
+        self.listener = OnePortListener(cfg.bind, cfg.port, self.grpc_path, self.http_server, ssl_context=ssl_context)
         await self.listener.start(serve=False)
         cfg.port = self.listener.port
 
@@ -309,7 +305,7 @@ class ConsumerProcess:
         _watch_metrics(self.service)
         await self.listener.serve()
         # The debug port opens once the public port serves: its /debug/ready then says so too.
-        self.debug_server = await cfg.debug.serve(cfg.bind, self.gateway, ready=lambda: self.ready)
+        self.debug_server = await cfg.debug.serve(cfg.bind, self.http_server, ready=lambda: self.ready)
         self._serving = True
         log.info(
             "consumer serving",
@@ -394,8 +390,8 @@ class ConsumerProcess:
             self.debug_server.close()
         if self.listener is not None:
             await self.listener.stop_accepting()
-        if self.gateway is not None:
-            await self.gateway.shut_down(grace=grace or 0.0)
+        if self.http_server is not None:
+            await self.http_server.shut_down(grace=grace or 0.0)
         # Together, as the broker does: a relayed connection ends only once the gRPC server behind
         # it has said GOAWAY, so closing the listener first waited out the whole grace.
         closing = [] if self.listener is None else [self.listener.close(grace=grace or 0.0)]
@@ -406,8 +402,6 @@ class ConsumerProcess:
             await self.api.close()
         if self.app_context is not None:
             await self.app_context.close()
-        if self.gateway_channel is not None:
-            await self.gateway_channel.close()
         if self.journal_client is not None:
             await self.journal_client.close()
         if self.etcd is not None:

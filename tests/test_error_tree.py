@@ -11,7 +11,7 @@ import re
 import broker.errors
 from broker.errors import GazetteError
 
-PACKAGES = ("broker", "cluster", "consumer", "gazctl", "pipelines")
+PACKAGES = ("broker", "cluster", "consumer", "gazctl", "gazette", "pipelines")
 
 
 def public_errors() -> dict[type[BaseException], str]:

@@ -1,8 +1,10 @@
 """The packages import one another in one direction only (docs/architecture.md draws the graph):
 
     broker.errors <- broker.protocol <- broker.stores, cluster.keyspace, broker.specs <- broker.fragment
-    <- broker.client, cluster.server <- the broker service <- consumer <- gazctl, pipelines
+    <- broker.client, cluster.server <- the broker service
+    (the layers and cluster, not the broker service) <- consumer <- gazctl, pipelines
     (gazctl drives pipelines)
+    everything <- gazette (the `gazette` command: `serve` and `consume` side by side)
 
 Every import is counted, at module level or inside a function: a lazy import is a dependency too.
 And no module imports itself back through others: the modules' import graph has no circle,
@@ -21,7 +23,7 @@ import pytest
 
 from tests.harness import ROOT
 
-PACKAGES = ("broker", "cluster", "consumer", "gazctl", "pipelines")
+PACKAGES = ("broker", "cluster", "consumer", "gazctl", "gazette", "pipelines")
 BROKER_LAYERS = ("protocol", "stores", "specs", "fragment", "client")
 SERVICE = "broker.(service)"  # broker's own modules and the packages not named above (e.g. gateway).
 
@@ -33,11 +35,15 @@ ALLOWED: dict[str, set[str]] = {
     "broker.specs": {"broker.errors", "broker.protocol"},
     "broker.fragment": {"broker.errors", "broker.protocol", "broker.stores"},
     "broker.client": {"broker.errors", "broker.protocol", "broker.fragment"},
-    "cluster.server": {"broker.errors", "broker.protocol", "cluster.keyspace"},
+    "cluster.server": {"broker.errors", "broker.protocol", "cluster.keyspace", "broker.specs"},
     SERVICE: {"broker.errors", "broker.protocol", "broker.stores", "cluster.keyspace", "broker.specs",
               "broker.fragment", "cluster.server"},
 }
 """What each part of `broker` and `cluster` may import, besides itself."""
+
+RUNTIME_LAYERS = {*ALLOWED[SERVICE], "broker.client"}
+"""What the packages above the runtimes may import of them: every layer of `broker` and `cluster`,
+never the broker service (its gateway, server, command line, ...): that `gazette` alone does."""
 
 
 def unit_of(module: str) -> str:
@@ -58,13 +64,16 @@ def may_import(importer: str, imported: str) -> bool:
         return True
     if top in ("broker", "cluster"):
         return imported in ALLOWED[importer]
-    runtime = ("broker", "cluster")
+    if top == "gazette":
+        return True
+    if imported in RUNTIME_LAYERS:
+        return True
     if top == "consumer":
-        return imported_top in (*runtime, "consumer")
+        return imported_top == "consumer"
     if top == "pipelines":
-        return imported_top in (*runtime, "consumer")
+        return imported_top == "consumer"
     if top == "gazctl":
-        return imported_top in (*runtime, "consumer", "pipelines")
+        return imported_top in ("consumer", "pipelines")
     raise AssertionError(f"unknown package {top}")
 
 
@@ -184,6 +193,19 @@ def test_circles_are_found() -> None:
         ("consumer.process", "cluster.server.listener", True),
         ("broker.client.fragments", "broker.fragment.codecs", True),
         ("consumer.message.publisher", "broker.client", True),
+        ("consumer.process", "broker.gateway", False),
+        ("consumer.process", "broker.server", False),
+        ("consumer.cli", "broker.cli", False),
+        ("consumer.cli", "gazette.cli", False),
+        ("consumer.process", "cluster.server.http", True),
+        ("consumer.cli", "cluster.server.command", True),
+        ("gazctl.commands.common", "broker.service", False),
+        ("pipelines.source.read", "broker.gateway.read", False),
+        ("broker.cli", "gazette.cli", False),
+        ("cluster.server.http.server", "broker.gateway", False),
+        ("broker.gateway.routes", "cluster.server.http.server", True),
+        ("gazette.cli", "broker.cli", True),
+        ("gazette.cli", "consumer.cli", True),
     ],
 )
 def test_the_rules_catch_what_they_name(importer: str, imported: str, allowed: bool) -> None:

@@ -14,10 +14,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from broker.fragment.sums import sha1sum_hex
-from broker.gateway.codec import BodyError
-from broker.gateway.connection import Connection
 from broker.gateway.local import LocalJournalStub
-from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
+from broker.gateway.request import Metadata, journal_of, multi_error
 from broker.gateway.responses import (
     COMMIT_BEGIN_HEADER,
     COMMIT_END_HEADER,
@@ -33,6 +31,9 @@ from broker.gateway.responses import (
 from broker.protocol import pb, pb_grpc
 from broker.protocol.paths import go_quote
 from broker.protocol.validation import ValidationError, validate_append_request, validate_append_response
+from cluster.server.http.codec import BodyError
+from cluster.server.http.connection import Connection
+from cluster.server.http.request import BadRequest, parse_query
 
 APPEND_CHUNK = 1 << 20
 """Request body bytes sent per AppendRequest: large, as grpc.aio is slow per message."""

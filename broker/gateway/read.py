@@ -16,8 +16,7 @@ import grpc
 
 from broker.fragment.errors import FragmentError
 from broker.fragment.names import content_name
-from broker.gateway.connection import Connection
-from broker.gateway.request import BadRequest, Metadata, journal_of, multi_error, parse_query
+from broker.gateway.request import Metadata, journal_of, multi_error
 from broker.gateway.responses import (
     CLOSE_ERROR_HEADER,
     FRAGMENT_LAST_MODIFIED_HEADER,
@@ -30,10 +29,12 @@ from broker.gateway.responses import (
     rpc_error_status,
     rpc_error_text,
 )
-from broker.gateway.sniff import detect_content_type
 from broker.protocol import pb, pb_grpc
 from broker.protocol.paths import go_quote
 from broker.protocol.validation import ValidationError, validate_read_request, validate_read_response
+from cluster.server.http.connection import Connection
+from cluster.server.http.request import BadRequest, parse_query
+from cluster.server.http.sniff import detect_content_type
 
 MAX_INT64 = (1 << 63) - 1
 

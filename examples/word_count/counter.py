@@ -34,8 +34,8 @@ from typing import Any, Final
 import grpc
 
 from broker.client import AppendService, list_journals
-from broker.gateway.app_routes import HttpRequest, HttpResponse
 from broker.protocol import pb
+from cluster.server.http.routes import HttpRequest, HttpResponse
 from consumer.app_api import AppContext, ShardUnavailable
 from consumer.message import Envelope, Flags, Publisher, get_flags, modulo_mapping
 from consumer.message.mapping import MappingFunc

@@ -1,4 +1,4 @@
-"""The gateway's HTTP/1.1 codecs (`broker.gateway.codec`), without I/O: PlainCodec parses what h11
+"""The gateway's HTTP/1.1 codecs (`cluster.server.http.codec`), without I/O: PlainCodec parses what h11
 parses and frames responses as h11 does, and hands every request that is not plain to h11 from its
 first byte."""
 
@@ -9,7 +9,7 @@ import re
 import h11
 import pytest
 
-from broker.gateway.codec import H11Codec, Marker, PlainCodec, Request, State
+from cluster.server.http.codec import H11Codec, Marker, PlainCodec, Request, State
 
 PUT = b"PUT /a/journal HTTP/1.1\r\nHost: broker\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhello"
 GET = b"GET /a/journal?offset=3 HTTP/1.1\r\nHost: broker\r\nAccept: */*\r\n\r\n"

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from broker.gateway.codec import Request
-from broker.gateway.connection import Connection
+from cluster.server.http.codec import Request
+from cluster.server.http.connection import Connection
 
 KiB = 1 << 10
 

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from broker.gateway.sniff import detect_content_type
 from broker.protocol import pb, pb_grpc
+from cluster.server.http.sniff import detect_content_type
 from tests.fuzz.fuzz_http import NORMAL, RAW, Exchange, Item, Wire, exchange
 from tests.harness import BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
 

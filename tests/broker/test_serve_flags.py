@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.gateway.routes import CORS_HEADERS
 from broker.protocol import pb, pb_grpc
+from cluster.server.http.server import CORS_HEADERS
 from tests.fuzz.fuzz_http import NORMAL, Exchange, Item, Wire, exchange
 from tests.harness import BrokerProcess, append, apply_specs, free_port, journal_spec, wait_for_primary
 
@@ -151,7 +151,7 @@ def test_max_grpc_recv_size_is_applied(served: Served, journal_stub: pb_grpc.Jou
     ],
 )
 def test_bad_values_are_one_line_errors(args: list[str], flag: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "consumer", "serve", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "gazette", "serve", *args], capture_output=True, text=True,
                           timeout=60)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr

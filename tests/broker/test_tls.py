@@ -242,7 +242,7 @@ def test_unusable_tls_files_stop_the_broker_at_startup(pki: PKI, tmp_path: Path,
         "bad etcd cert": ["--etcd.cert-file", str(tmp_path / "nope.pem"), "--etcd.cert-key-file", str(pki.client_key)],
     }[case]
     done = subprocess.run(
-        [sys.executable, "-m", "consumer", "serve", "--broker.port", "0", "--etcd.address", "http://127.0.0.1:1",
+        [sys.executable, "-m", "gazette", "serve", "--broker.port", "0", "--etcd.address", "http://127.0.0.1:1",
          "--broker.state-dir", str(tmp_path / "state"), *args],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
@@ -283,7 +283,7 @@ def test_a_broker_on_a_tls_etcd(pki: PKI, tls_etcd: str, tmp_path: Path) -> None
     # Trusting another CA: the broker exits at once, naming the TLS failure.
     wrong = [*etcd_flags[:4], "--etcd.trusted-ca-file", str(pki.wrong_ca)]
     done = subprocess.run(
-        [sys.executable, "-m", "consumer", "serve", "--broker.port", "0", "--etcd.address", tls_etcd,
+        [sys.executable, "-m", "gazette", "serve", "--broker.port", "0", "--etcd.address", tls_etcd,
          "--broker.state-dir", str(tmp_path / "wrong"), *wrong],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )

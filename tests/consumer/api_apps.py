@@ -24,8 +24,8 @@ from typing import Any
 
 import grpc
 
-from broker.gateway.app_routes import HttpRequest, HttpResponse
 from broker.protocol import pb as bpb
+from cluster.server.http.routes import HttpRequest, HttpResponse
 from consumer.app_api import AppContext, ShardUnavailable, proxy_header_of
 from consumer.resolver import Resolution
 from tests.consumer.cli_apps import EnvCountingApp

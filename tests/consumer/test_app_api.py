@@ -22,7 +22,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from broker.client import AppendService, JournalClient
-from broker.gateway.app_routes import HttpRequest, HttpResponse, RouteError, RouteTable, route_handler
+from cluster.server.http.routes import HttpRequest, HttpResponse, RouteError, RouteTable, route_handler
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.broker.client.helpers import create_journal, unique

@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.gateway.app_routes import RouteTable
 from broker.protocol import pb as bpb
+from cluster.server.http.routes import RouteTable
 from consumer.app_api import AppContext, PeerUnavailable, ShardUnavailable
 from consumer.protocol import pb as cpb
 from consumer.resolver import Resolution, ResolverStopped

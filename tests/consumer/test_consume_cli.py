@@ -129,7 +129,7 @@ async def stat_through(stub: cpb_grpc.ShardStub, shard: str, journal: str, offse
 
 
 def run_consume(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "consumer", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gazette", *args], capture_output=True, text=True,
                           env=child_env(COLUMNS="200"), cwd=ROOT, timeout=timeout)
 
 

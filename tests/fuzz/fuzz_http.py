@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from broker.gateway.read import read_params
-from broker.gateway.request import BadRequest, BadTarget, parse_query, split_target
 from broker.protocol import pb
+from cluster.server.http.request import BadRequest, BadTarget, parse_query, split_target
 
 JOURNAL = "fuzz/journal"
 """A journal the fuzzing broker serves: reads and appends of it go all the way through."""

@@ -1,10 +1,11 @@
-"""One HTTP/1.1 connection of the gateway: a codec parses and frames, a task answers its requests.
+"""One HTTP/1.1 server connection: a codec parses and frames, a task answers its requests.
 
-`Connection` is the asyncio protocol of a connection the listener hands over. It runs the
-request loop (keep-alive, draining unread bodies, answering malformed HTTP as Go's net/http
-does, closing without resetting a response still on its way), holds back reading while a
-request body is not consumed, and writes responses for the routes. Its codec
-(`broker.gateway.codec`) is the fast PlainCodec until a request is not plain, then h11's.
+`Connection` is the asyncio protocol of a connection the listener hands over (or a port of its
+own accepts). It runs the request loop (keep-alive, draining unread bodies, answering malformed
+HTTP as Go's net/http does, closing without resetting a response still on its way), holds back
+reading while a request body is not consumed, and writes responses for the routes. Its codec
+(`cluster.server.http.codec`) is the fast PlainCodec until a request is not plain, then h11's.
+Every response is counted in `gazette_http_requests_total`.
 """
 
 from __future__ import annotations
@@ -16,15 +17,29 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from http import HTTPStatus
 
 import h11
+from prometheus_client import Counter
 
-from broker.gateway.codec import Codec, Event, Marker, PlainCodec, Request, State
-from broker.metrics import http_requests_counter
+from cluster.server.http.codec import Codec, Event, Marker, PlainCodec, Request, State
 
 log = logging.getLogger(__name__)
+
+HTTP_REQUESTS = Counter(
+    "gazette_http_requests_total",
+    "HTTP requests answered by the gateway, by method and status code.",
+    ["method", "code"],
+)
+
+
+@lru_cache(maxsize=256)
+def http_requests_counter(method: str, status: int) -> Counter:
+    """HTTP_REQUESTS of one method and status code (remembered: `labels()` costs a lock and a
+    lookup, and every response counts)."""
+    return HTTP_REQUESTS.labels(method, str(status))
+
 
 RECEIVE_HIGH_WATER = 1 << 20
 """Unparsed request bytes buffered before the connection stops reading."""

@@ -1,9 +1,10 @@
-"""Routes an embedding process adds to the gateway: `RouteTable`, `HttpRequest`, `HttpResponse`.
+"""Routes a process adds to its HTTP server: `RouteTable`, `HttpRequest`, `HttpResponse`.
 
-The HTTP side of the one-port listener serves `/debug/ready`, `/debug/metrics` and (on a broker)
-journal reads and appends. A process built on it (a consumer application, see
-`consumer.appapi`) may serve its own routes there: `HttpGateway(..., routes=table)` answers a
-request whose path is in `table` with the route's handler, before any journal route.
+The HTTP side of the one-port listener (`cluster.server.http.server.HttpServer`) serves
+`/debug/ready` and `/debug/metrics`, and on a broker journal reads and appends. A process may serve
+its own routes there (a consumer application's, see `consumer.app_api`):
+`HttpServer(..., routes=table)` answers a request whose path is in `table` with the route's
+handler, before any journal route.
 
 A handler is `async def handler(request: HttpRequest) -> HttpResponse`. The request's body is
 read whole before the handler runs (up to `max_body` bytes; a larger one is answered 413). A
@@ -13,7 +14,7 @@ connection serves on; the error is logged. A path served with other methods answ
 
 Paths are exact (`/api/query`), or prefixes ending in `/*` (`/api/*` matches `/api/x/y`, not
 `/api`); an exact path wins over a prefix, and a longer prefix over a shorter one. `/debug/`
-paths are the gateway's own and cannot be routed.
+paths are the server's own and cannot be routed.
 """
 
 from __future__ import annotations

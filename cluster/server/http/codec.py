@@ -1,13 +1,14 @@
 """HTTP/1.1 framing of one server connection: a fast path for plain requests, h11 for the rest.
 
-The gateway's `Connection` reads requests and writes responses through a codec. `PlainCodec`
-serves the requests well-behaved clients send: HTTP/1.1, a well-formed head with one `Host`, a body
-by `Content-Length` or none, no `Transfer-Encoding`, `Connection` or `Upgrade` header and no
-expectation but `100-continue`. httptools (llhttp) parses its head; the codec frames its body and
-writes its response itself, at a few microseconds a request where h11 takes about a hundred (a
-one-at-a-time 256-byte PUT is mostly fixed cost). Any other request (malformed, HTTP/1.0, chunked,
-CONNECT, ...) is handed from its first byte to `H11Codec`, which then serves the connection to its
-end: Go-compatible answers to odd and hostile input stay h11's.
+A server `Connection` (`cluster.server.http.connection`) reads requests and writes responses
+through a codec. `PlainCodec` serves the requests well-behaved clients send: HTTP/1.1, a
+well-formed head with one `Host`, a body by `Content-Length` or none, no `Transfer-Encoding`,
+`Connection` or `Upgrade` header and no expectation but `100-continue`. httptools (llhttp) parses
+its head; the codec frames its body and writes its response itself, at a few microseconds a
+request where h11 takes about a hundred (a one-at-a-time 256-byte PUT is mostly fixed cost). Any
+other request (malformed, HTTP/1.0, chunked, CONNECT, ...) is handed from its first byte to
+`H11Codec`, which then serves the connection to its end: Go-compatible answers to odd and
+hostile input stay h11's.
 
 Both codecs speak in the same terms: `next_event()` gives a `Request`, body bytes, or a `Marker`;
 the `send_*` methods give the bytes to write; `our_state` and `their_state` follow h11's states.
