@@ -132,7 +132,8 @@ class Member:
 
     async def stop(self, sig: int = signal.SIGTERM) -> int:
         """Signal the process (unless it has exited) and wait for its exit; then close the channel
-        (requests in flight meanwhile are answered, or fail, as the process decides)."""
+        once the requests in flight through it have ended: answered, or failed, as the process
+        decided (its exit fails those it left, at once)."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -141,7 +142,11 @@ class Member:
             self.proc.kill()
             return await asyncio.to_thread(self.proc.wait)
         finally:
-            await self.channel.close()
+            # With a grace: grpc.aio's close cancels the calls still open, and a cancelled call
+            # raises asyncio.CancelledError in its caller, so a call sent just before the exit
+            # whose failure the channel had yet to see ended its caller's task (the rolling
+            # restart's clients then stopped sending, and the test timed out waiting for them).
+            await self.channel.close(grace=WAIT)
 
     def http(self, method: str, path: str, body: bytes | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -410,10 +415,17 @@ async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: Wor
     async def served_since(before: tuple[int, int], what: str) -> None:
         deadline = asyncio.get_running_loop().time() + WAIT
         while published < before[0] + 2 or answered < before[1] + 4:
-            assert asyncio.get_running_loop().time() < deadline, f"no requests answered {what}"
+            for client in clients:  # A client ends only once stopped: one that ended sends no more.
+                if client.done():
+                    why = "cancelled" if client.cancelled() else repr(client.exception())
+                    pytest.fail(f"the {client.get_name()} client ended {what}: {why}; failures {failures}")
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"no requests answered {what}: {published - before[0]} publishes and "
+                f"{answered - before[1]} queries; failures {failures}")
             await asyncio.sleep(0.02)
 
-    clients = [asyncio.ensure_future(publishing()), asyncio.ensure_future(querying())]
+    clients = [asyncio.create_task(publishing(), name="Publish"), asyncio.create_task(querying(), name="Query")]
+    stopped: list[Member] = []
     serial = 0
     timings: list[str] = []
     try:
@@ -421,6 +433,7 @@ async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: Wor
         for name in ["roll-a", "roll-b", "roll-c"]:
             serial += 1
             member = wc.members.pop(name)
+            stopped.append(member)
             t0 = time.monotonic()
             during = (published, answered)
             stopping.add(name)
@@ -441,11 +454,13 @@ async def test_rolling_restart_fails_no_query_and_loses_no_count(word_count: Wor
                            f"({published - during[0]} publishes, {answered - during[1]} queries meanwhile)")
             await served_since((published, answered), f"after {name} was replaced")
     except BaseException:
-        print(wc.all_logs())
+        print(*timings, sep="\n")
+        print(*(f"--- {m.name} (stopped):\n{m.logs()[-5000:]}" for m in stopped), wc.all_logs(), sep="\n")
         raise
     finally:
         stop.set()
-        await asyncio.gather(*clients)
+        ends = await asyncio.gather(*clients, return_exceptions=True)  # Not to hide a failure above.
+    assert ends == [None, None], f"a client ended in error: {ends}"
     print(*timings, f"{published} publishes, {answered} queries, {skipped} sent on past a gone member",
           sep="\n")
     assert not failures, failures
@@ -503,3 +518,34 @@ async def test_command_line_apply_publish_and_query(word_count: WordCount, etcd_
     assert (code, out) == (1, "error: NOT_FOUND: shard nope: SHARD_NOT_FOUND\n")
     code, out = await run("bogus")
     assert code == 2 and "usage: python -m examples.word_count {apply|publish|query}" in out
+
+
+async def test_a_call_open_as_a_member_stops_fails_as_its_exit_decides(word_count: WordCount) -> None:
+    """Member.stop closes the member's channel only once the calls open through it have ended. A
+    call sent just as stop() waits for an exit the channel has yet to see fails UNAVAILABLE, as a
+    load balancer would see it; were it cancelled by the close (grpc.aio's close cancels the calls
+    still open), its caller would get asyncio.CancelledError: the rolling restart's client task
+    that sent it ended so, and the test timed out waiting for its requests."""
+    wc = word_count
+    await wc.start("stop-harness")
+    member = wc.members.pop("stop-harness")
+    assert await member.stop(signal.SIGKILL) == -signal.SIGKILL
+    open_at_close = 0
+    for _ in range(10):  # Each on a fresh channel (stop() closed the last) to the exited member.
+        member.channel = grpc.aio.insecure_channel(f"127.0.0.1:{member.port}")
+        member.ngram = wpb_grpc.NGramStub(member.channel)
+        call = asyncio.ensure_future(member.ngram.Query(wpb.QueryRequest(prefix=""), timeout=WAIT))
+        await asyncio.sleep(0)  # Sent.
+        stopping = asyncio.ensure_future(member.stop())
+        await asyncio.sleep(0)
+        open_at_close += not call.done()
+        assert await stopping == -signal.SIGKILL
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+        except asyncio.CancelledError:
+            raise AssertionError("the call was cancelled by the channel's close") from None
+        else:
+            raise AssertionError("an exited member answered")
+    assert open_at_close, "no call was still open as stop() began: nothing was tried"
