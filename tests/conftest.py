@@ -21,8 +21,8 @@ from grpc._cython import cygrpc
 
 from broker.protocol import pb_grpc
 from cluster.keyspace.etcd import EtcdProcess, parse_address
-from tests.harness import BrokerProcess, free_port, serving_broker
-from tests.store_emulators import (
+from tests.support.harness import BrokerProcess, free_port, serving_broker
+from tests.support.store_emulators import (
     EMULATORS,
     AzuriteServer,
     EmulatorMissing,

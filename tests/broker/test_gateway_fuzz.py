@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from broker.protocol import pb, pb_grpc
 from tests.fuzz.fuzz_http import HOSTILE, JOURNAL, Item, LogWatch, Wire, exchange, problems, ready, requests, wires
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 EXAMPLES = 300
 """Inputs per test: a few seconds each on a laptop; `python -m tests.fuzz.fuzz_http` runs for minutes."""

@@ -13,7 +13,7 @@ import pytest
 from broker.gateway.sniff import detect_content_type
 from broker.protocol import pb, pb_grpc
 from tests.fuzz.fuzz_http import NORMAL, RAW, Exchange, Item, Wire, exchange
-from tests.harness import BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
 
 TEXT = b"text/plain; charset=utf-8"
 

@@ -18,7 +18,7 @@ import pytest
 from broker.gateway.routes import MAX_AUTHORIZATION_BYTES
 from broker.protocol import pb, pb_grpc
 from tests.fuzz.fuzz_http import NORMAL, RAW, Exchange, Item, Wire, exchange, ready
-from tests.harness import BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
 
 JOURNAL = "hostile/http"
 TEXT = b"text/plain; charset=utf-8"

@@ -9,7 +9,7 @@ import time
 import uuid
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
 
 
 def create(stub: pb_grpc.JournalStub, name: str) -> None:

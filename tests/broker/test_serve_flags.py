@@ -22,7 +22,7 @@ import pytest
 from broker.gateway.routes import CORS_HEADERS
 from broker.protocol import pb, pb_grpc
 from tests.fuzz.fuzz_http import NORMAL, Exchange, Item, Wire, exchange
-from tests.harness import BrokerProcess, append, apply_specs, free_port, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, append, apply_specs, free_port, journal_spec, wait_for_primary
 
 ORIGIN = "https://reader.example"
 JOURNAL = "flags/j"

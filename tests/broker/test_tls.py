@@ -26,8 +26,16 @@ import pytest
 from broker.client import AppendService, Credentials, JournalClient, Reader, TransportError, append, list_journals
 from broker.protocol import pb
 from cluster.server.tls import client_context
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl, serving_broker
-from tests.tls_certs import PKI, TLSBroker, TLSEtcd, make_pki
+from tests.support.harness import (
+    ROOT,
+    BrokerProcess,
+    free_port,
+    journal_spec,
+    one_line_error,
+    run_gazctl,
+    serving_broker,
+)
+from tests.support.tls_certs import PKI, TLSBroker, TLSEtcd, make_pki
 
 PREFIX = f"tls-{uuid.uuid4().hex[:8]}/"
 REPLICATED = f"{PREFIX}replicated"

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres import MISSING_REASON, PostgresServer, find_bindir
+from tests.support.postgres import MISSING_REASON, PostgresServer, find_bindir
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the whole session (see tests/postgres.py); skips only when
+    """A PostgreSQL server for the whole session (see tests/support/postgres.py); skips only when
     PostgreSQL's server binaries are not installed."""
     bindir = find_bindir()
     if bindir is None:

@@ -25,12 +25,12 @@ from broker.client import AppendService, JournalClient
 from broker.gateway.app_routes import HttpRequest, HttpResponse, RouteError, RouteTable, route_handler
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
-from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.api_apps import WHO_METHOD
-from tests.consumer.apps import NDJSON, create_tables
-from tests.consumer.cli_apps import COUNTS_DB_ENV
 from tests.consumer.test_consume_cli import child_env, one_line_error, publish, run_consume
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.support.apps import NDJSON, create_tables
+from tests.support.cli_apps import COUNTS_DB_ENV
+from tests.support.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.support.journals import create_journal, unique
 
 WAIT = 30.0
 Code = cpb.ReplicaStatus.Code

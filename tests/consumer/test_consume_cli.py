@@ -1,5 +1,5 @@
 """`gazette consume MODULE:ATTR` as a user runs it: a real `gazette serve` (the module's broker, on
-the session's etcd) and real consumer processes running `tests.consumer.cli_apps:app`, driven
+the session's etcd) and real consumer processes running `tests.support.cli_apps:app`, driven
 through the consumer's one port (the Shard gRPC API, `/debug/ready`, `/debug/metrics`).
 """
 
@@ -27,12 +27,12 @@ from consumer.message import Publisher
 from consumer.process import application_name, default_prefix, load_application
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, Event, create_tables, read_counts
-from tests.consumer.cli_apps import COUNTS_DB_ENV, EnvCountingApp
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.support.apps import NDJSON, Event, create_tables, read_counts
+from tests.support.cli_apps import COUNTS_DB_ENV, EnvCountingApp
+from tests.support.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.support.journals import create_journal, unique
 
-APP = "tests.consumer.cli_apps:app"
+APP = "tests.support.cli_apps:app"
 WAIT = 60.0
 
 
@@ -277,10 +277,10 @@ async def test_gazette_flags_durations_debug_port_and_cors(
     ("spec", "expected"),
     [
         ("no_such_module_xyz:app", ["could not import module 'no_such_module_xyz'"]),
-        ("tests.consumer.cli_apps:nope", ["module 'tests.consumer.cli_apps' has no attribute 'nope'"]),
-        ("tests.consumer.cli_apps:not_an_app", ["is not a consumer Application", "new_store"]),
-        ("tests.consumer.apps:CountingApp", ["is a class, not an application object"]),
-        ("tests.consumer.cli_apps", ["is not MODULE:ATTR"]),
+        ("tests.support.cli_apps:nope", ["module 'tests.support.cli_apps' has no attribute 'nope'"]),
+        ("tests.support.cli_apps:not_an_app", ["is not a consumer Application", "new_store"]),
+        ("tests.support.apps:CountingApp", ["is a class, not an application object"]),
+        ("tests.support.cli_apps", ["is not MODULE:ATTR"]),
     ],
 )
 def test_bad_application_is_one_line_error(spec: str, expected: list[str]) -> None:
@@ -331,5 +331,5 @@ def test_gazette_has_serve_and_consume() -> None:
 def test_load_application_and_default_prefix() -> None:
     app = load_application(APP)
     assert isinstance(app, EnvCountingApp)
-    assert application_name(app) == "tests.consumer.cli_apps.EnvCountingApp"
-    assert default_prefix(app) == "/gazette/consumers/tests.consumer.cli_apps.EnvCountingApp"
+    assert application_name(app) == "tests.support.cli_apps.EnvCountingApp"
+    assert default_prefix(app) == "/gazette/consumers/tests.support.cli_apps.EnvCountingApp"

@@ -21,7 +21,7 @@ from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, counts
 from tests.gazctl.test_shards_recovery_cli import persisted, small_fragment_log
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
 
 client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
 Code = cpb.ReplicaStatus.Code

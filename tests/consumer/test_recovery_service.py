@@ -19,10 +19,10 @@ from broker.protocol import labels
 from consumer.protocol import pb as cpb
 from consumer.recoverylog import fetch_hints
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, RecordedCountingApp
 from tests.consumer.test_service import consumer_spec, publish, put_shard, shard_spec, statuses, until
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, RecordedCountingApp
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 Code = cpb.ReplicaStatus.Code
 

@@ -1,7 +1,7 @@
 """The consumer runtime against real parts: etcd, a broker, SQLStores on a SQLite file.
 
 A ConsumerService announces itself, runs the allocator and serves its assigned shards; shards
-count messages by key (tests/consumer/apps.py) read-committed, exactly once, across restarts,
+count messages by key (tests/support/apps.py) read-committed, exactly once, across restarts,
 failures and hand-offs between services.
 """
 
@@ -23,9 +23,9 @@ from consumer.message import Flags, Publisher, get_flags, read_committed
 from consumer.protocol import pb as cpb
 from consumer.replica import MAX_ETCD_ERR_LEN, TRUNCATED, failed_status, status_backoff
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, CountingApp, Event, create_tables, read_counts, read_counts_by_shard
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, CountingApp, Event, create_tables, read_counts, read_counts_by_shard
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")

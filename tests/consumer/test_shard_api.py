@@ -25,9 +25,9 @@ from consumer.protocol import pb_grpc as cpb_grpc
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog import decode_hints, encode_hints
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, CountingApp, Event, create_tables, read_counts
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, CountingApp, Event, create_tables, read_counts
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")

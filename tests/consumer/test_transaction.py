@@ -42,8 +42,8 @@ from consumer.store import OpFuture
 from consumer.timer import LoopTimer
 from consumer.transaction import Transaction, TransactionError, Transactions, finished_operation
 from consumer.txn_metrics import TxnPhase
-from tests.broker.client.helpers import append_rpcs, create_journal, unique
-from tests.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.journals import append_rpcs, create_journal, unique
 
 NDJSON = "application/x-ndjson"
 MS = 1_000_000

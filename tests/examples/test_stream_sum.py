@@ -53,8 +53,8 @@ from examples.stream_sum.summer import (
     to_signed,
     to_unsigned,
 )
-from tests.broker.client.helpers import wait_for_primary
-from tests.harness import ROOT, BrokerCluster, BrokerProcess, free_port, wait_http_ready
+from tests.support.harness import ROOT, BrokerCluster, BrokerProcess, free_port, wait_http_ready
+from tests.support.journals import wait_for_primary
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")

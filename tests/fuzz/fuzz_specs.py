@@ -718,7 +718,7 @@ def check_fragment(journal: str, rel: str, timeout: float = 5.0) -> list[Problem
 
 def check_cli(args: list[str], cwd: Path, shown: str, target: str, timeout: float = 60.0) -> list[Problem]:
     """gazctl ARGS exits 0, or 1 with one `error:` line; never a traceback, a signal or another status."""
-    from tests.harness import run_gazctl
+    from tests.support.harness import run_gazctl
 
     try:
         done = run_gazctl(None, *args, cwd=cwd, timeout=timeout)

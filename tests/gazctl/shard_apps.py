@@ -1,6 +1,6 @@
 """An application `gazette consume` loads in the `gazctl shards` tests (`tests.gazctl.shard_apps:gated_app`).
 
-`gated_app` counts messages as `tests.consumer.cli_apps:app` does (its SQLite file is
+`gated_app` counts messages as `tests.support.cli_apps:app` does (its SQLite file is
 $GAZETTE_TEST_COUNTS_DB), but while the file $GAZETTE_TEST_GATE names exists it begins no
 transaction: a consumer that has fallen behind its source journals for exactly as long as a test
 says, with its last transaction committed (so its read-through offset holds still).
@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from tests.consumer.cli_apps import EnvCountingApp
+from tests.support.cli_apps import EnvCountingApp
 
 GATE_ENV = "GAZETTE_TEST_GATE"
 

@@ -13,7 +13,7 @@ from broker.client.sync import read_all
 from consumer.message.framing import encode_fixed_frame
 from consumer.message.mapping import modulo_mapping, rendezvous_mapping
 from gazctl.appending import Framing, RecordError, RecordParser
-from tests.harness import BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, run_gazctl, wait_for_primary
 
 PARTS = [f"append/{{}}/part-{i:03d}" for i in range(4)]
 KEYED = ("modulo", "rendezvous", "base64")

@@ -9,7 +9,7 @@ import pytest
 from consumer.message.uuid import Flags, get_clock, get_flags, get_producer_id, parse_uuid
 from gazctl.commands.attach_uuids import Field, parse_template
 from gazctl.errors import GazctlError
-from tests.harness import run_gazctl
+from tests.support.harness import run_gazctl
 
 
 def _split(stdout: str, sep: str = ",") -> list[tuple[str, str]]:

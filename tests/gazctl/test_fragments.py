@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import text_format
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import (
+from tests.support.harness import (
     BrokerProcess,
     append,
     apply_specs,

@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 
 from broker.protocol import labels, pb
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY, normalize_remote
-from tests.harness import ROOT, BrokerProcess, run_gazctl
+from tests.support.harness import ROOT, BrokerProcess, run_gazctl
 
 FRAGMENT = """\
 fragment:

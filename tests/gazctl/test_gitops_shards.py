@@ -23,7 +23,7 @@ from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY
 from gazctl.specs.gitops.tree import load_tree
-from tests.harness import ROOT, BrokerProcess, free_port, run_gazctl, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, free_port, run_gazctl, wait_http_ready
 
 Code = pb.ReplicaStatus.Code
 

@@ -7,7 +7,15 @@ import subprocess
 import time
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, append, apply_specs, journal_spec, one_line_error, run_gazctl, wait_for_primary
+from tests.support.harness import (
+    BrokerProcess,
+    append,
+    apply_specs,
+    journal_spec,
+    one_line_error,
+    run_gazctl,
+    wait_for_primary,
+)
 
 UNREACHABLE_S3 = "s3://nobucket/?endpoint=http%3A%2F%2F127.0.0.1%3A1"
 

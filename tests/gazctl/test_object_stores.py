@@ -13,7 +13,7 @@ import pytest
 
 from broker.fragment.codecs import decompressor
 from broker.protocol import pb, pb_grpc
-from tests.harness import (
+from tests.support.harness import (
     BrokerProcess,
     append,
     apply_specs,
@@ -22,7 +22,7 @@ from tests.harness import (
     table_rows,
     wait_for_primary,
 )
-from tests.store_emulators import EmulatorProcess, emulator_of
+from tests.support.store_emulators import EmulatorProcess, emulator_of
 
 RETENTION = 2
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.broker.client.helpers import read_rpcs, wait_for_process_read
-from tests.harness import (
+from tests.support.harness import (
     BrokerProcess,
     LineReader,
     append,
@@ -27,6 +26,7 @@ from tests.harness import (
     run_gazctl,
     wait_for_primary,
 )
+from tests.support.journals import read_rpcs, wait_for_process_read
 
 AS = pb.AppendRequest
 

@@ -1,5 +1,5 @@
 """`gazctl shards list/apply/unassign`, run as a user runs them, against a real broker and a real
-`gazette consume` process (`tests.consumer.cli_apps:app`)."""
+`gazette consume` process (`tests.support.cli_apps:app`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from consumer.protocol import pb
 from gazctl.config import resolve_consumer_address
 from gazctl.specs import shardspace
 from tests.consumer.test_consume_cli import ConsumerProcess
-from tests.harness import BrokerProcess, free_port, run_gazctl, table_rows
+from tests.support.harness import BrokerProcess, free_port, run_gazctl, table_rows
 
 SOURCE = "shards-cli/events"
 SHARD = "shards-cli-000"

@@ -17,11 +17,11 @@ from broker.protocol import labels
 from broker.protocol import pb as bpb
 from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb2 as rpb
-from tests.broker.client.helpers import create_journal, unique
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_recovery_cli import Cluster
 from tests.gazctl.test_shards_recovery_cli import gazctl, persisted
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
 

@@ -1,5 +1,5 @@
 """`gazctl shards recover` and `gazctl shards prune` on a real recovery log: a shard whose store
-is recorded to its log (`tests.consumer.cli_apps:recorded_app`, real `gazette consume` processes,
+is recorded to its log (`tests.support.cli_apps:recorded_app`, real `gazette consume` processes,
 a real broker with a file:// store), played into a local directory, and pruned of the fragments
 its hints no longer need, after which the shard still recovers its exact state."""
 
@@ -19,7 +19,7 @@ from consumer.protocol import pb as cpb
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, counts
-from tests.harness import BrokerProcess, journal_spec, run_gazctl
+from tests.support.harness import BrokerProcess, journal_spec, run_gazctl
 
 Code = cpb.ReplicaStatus.Code
 

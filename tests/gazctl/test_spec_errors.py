@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import gazctl_env, run_gazctl
+from tests.support.harness import gazctl_env, run_gazctl
 
 NOWHERE = "http://127.0.0.1:1"
 """No broker listens there: a tree that loaded would fail UNAVAILABLE instead."""

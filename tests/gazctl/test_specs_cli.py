@@ -14,7 +14,7 @@ from google.protobuf import text_format
 
 from broker.protocol import pb
 from gazctl.app import app
-from tests.harness import ROOT, BrokerProcess, gazctl_env, run_gazctl, table_rows
+from tests.support.harness import ROOT, BrokerProcess, gazctl_env, run_gazctl, table_rows
 
 TREE = """\
 # Two topics under one directory.

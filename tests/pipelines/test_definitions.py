@@ -25,7 +25,7 @@ from pipelines.definitions import (
 )
 from pipelines.definitions.load import check_run_flags
 from pipelines.definitions.run import first_line
-from tests.harness import ROOT, run_gazctl
+from tests.support.harness import ROOT, run_gazctl
 
 EXAMPLES = ROOT / "examples" / "pipelines"
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from broker.protocol import pb, pb_grpc
 from pipelines.definitions import PipelineRunError, find, load_text
 from pipelines.definitions.run import BatchProgress, run
-from tests.harness import ROOT, BrokerProcess, append, apply_specs, journal_spec, run_gazctl, wait_for_primary
+from tests.support.harness import ROOT, BrokerProcess, append, apply_specs, journal_spec, run_gazctl, wait_for_primary
 
 EXAMPLES = ROOT / "examples" / "pipelines"
 DERIVED = "examples/clicks-enriched"

@@ -29,9 +29,9 @@ from pipelines.sink.framing import frame_fixed, frame_lines
 from pipelines.sink.options import SinkError
 from pipelines.sink.task import Spool, _Budget
 from pipelines.sink.txn import producer_for, stamp_json
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 from tests.pipelines.source_helpers import direct_only_rows, make_journal, unique, wait_persisted
-from tests.store_emulators import EmulatorProcess, emulator_of
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.store_emulators import EmulatorProcess, emulator_of
 
 NDJSON = "application/x-ndjson"
 KEYED = [f"sink/keyed/part-{i:03d}" for i in range(4)]

@@ -15,7 +15,6 @@ from pyspark.sql import DataFrame, SparkSession
 from broker.client import sync
 from broker.fragment.names import content_path
 from broker.protocol import pb
-from tests.harness import BrokerProcess
 from tests.pipelines.source_helpers import (
     NDJSON,
     Row,
@@ -28,7 +27,8 @@ from tests.pipelines.source_helpers import (
     unique,
     wait_persisted,
 )
-from tests.store_emulators import EmulatorProcess, emulator_of
+from tests.support.harness import BrokerProcess
+from tests.support.store_emulators import EmulatorProcess, emulator_of
 
 pytestmark = pytest.mark.timeout(300)
 

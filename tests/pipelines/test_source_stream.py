@@ -16,8 +16,8 @@ from pipelines.source.planning import GazettePartition
 from pipelines.source.read import read_partition
 from pipelines.source.schema import ARROW_BASE, BASE_SCHEMA
 from pipelines.source.stream import GazetteStreamReader
-from tests.harness import BrokerProcess
 from tests.pipelines.source_helpers import NDJSON, Msg, Row, append_lines, make_journal, publish, to, unique
+from tests.support.harness import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.client import JournalClient
-from tests.harness import BrokerProcess, serving_broker
+from tests.support.harness import BrokerProcess, serving_broker
 
 
 @pytest.fixture(scope="module")

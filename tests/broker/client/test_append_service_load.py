@@ -30,8 +30,8 @@ import pytest
 
 from broker.client import AppendOutcomeUnknown, AppendService, JournalClient
 from broker.client.sync import read_all
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 PRODUCERS = 50
 JOURNALS = 5

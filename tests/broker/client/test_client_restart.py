@@ -14,8 +14,8 @@ import pytest
 
 from broker.client import AppendService, JournalClient, OffsetJump, RetryReader
 from broker.client.sync import read_all
-from tests.broker.client.helpers import create_journal, unique, wait_for_primary
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique, wait_for_primary
 
 StartBroker = Callable[..., Awaitable[BrokerProcess]]
 

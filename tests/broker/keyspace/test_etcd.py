@@ -17,7 +17,7 @@ import pytest
 
 from cluster.keyspace.errors import EtcdAddressError, EtcdUnavailableError
 from cluster.keyspace.etcd import EtcdProcess, open_etcd, parse_address
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 log = logging.getLogger("test")
 

@@ -14,8 +14,8 @@ import pytest
 
 from cluster.keyspace.errors import EtcdUnavailableError
 from cluster.keyspace.etcd import open_etcd
-from tests.harness import free_port
-from tests.tls_certs import PKI, TLSEtcd, make_pki
+from tests.support.harness import free_port
+from tests.support.tls_certs import PKI, TLSEtcd, make_pki
 
 log = logging.getLogger(__name__)
 

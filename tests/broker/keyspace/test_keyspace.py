@@ -30,7 +30,7 @@ from cluster.keyspace.keyspace import (
     put_op,
     txn,
 )
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ROOT = "/gazette/cluster"
 

@@ -31,9 +31,9 @@ from consumer.message import (
     read_uncommitted,
     read_uncommitted_batches,
 )
-from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.message.helpers import TestMsg, new_test_msg
-from tests.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.journals import create_journal, unique
 
 NDJSON = "application/x-ndjson"
 

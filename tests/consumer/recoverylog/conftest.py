@@ -8,8 +8,8 @@ import pytest
 
 from broker.client import AppendService, JournalClient, Reader
 from broker.protocol import labels
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 NewLog = Callable[..., Awaitable[str]]
 

@@ -15,8 +15,8 @@ from broker.client import AppendService, JournalClient, Reader
 from broker.protocol import labels
 from consumer.protocol import pb
 from consumer.recoverylog import FSM, FSMHints, Player, Recorder, Resolved
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 __all__ = [
     "TIMEOUT", "FakeShard", "Log", "ajc", "checkpoint", "client", "failed", "new_log_with", "read_log", "recorded",

@@ -1,6 +1,6 @@
-"""Application objects that `gazette consume` can load by name in tests (`tests.consumer.cli_apps:app`).
+"""Application objects that `gazette consume` can load by name in tests (`tests.support.cli_apps:app`).
 
-`app` is a CountingApp (tests/consumer/apps.py) whose SQLite file and derived journal come from
+`app` is a CountingApp (tests/support/apps.py) whose SQLite file and derived journal come from
 the environment of the consumer process: $GAZETTE_TEST_COUNTS_DB (created with its tables when
 missing) and $GAZETTE_TEST_DERIVED (no derived messages when unset). `recorded_app` is a RecordedCountingApp
 mirroring its state to $GAZETTE_TEST_STATE_DIR, in the store $GAZETTE_TEST_STORE names; a message
@@ -18,7 +18,7 @@ from typing import Any
 
 from consumer.message import Envelope, Publisher
 from consumer.stores import SQLiteStore, SQLStore
-from tests.consumer.apps import CountingApp, RecordedCountingApp, create_tables
+from tests.support.apps import CountingApp, RecordedCountingApp, create_tables
 
 COUNTS_DB_ENV = "GAZETTE_TEST_COUNTS_DB"
 DERIVED_ENV = "GAZETTE_TEST_DERIVED"
@@ -76,4 +76,4 @@ class EnvRecordedCountingApp(RecordedCountingApp):
 
 
 recorded_app = EnvRecordedCountingApp()
-"""Counts into a store recorded to the shard's recovery log (`tests.consumer.cli_apps:recorded_app`)."""
+"""Counts into a store recorded to the shard's recovery log (`tests.support.cli_apps:recorded_app`)."""

@@ -14,8 +14,7 @@ import time
 
 
 def main() -> None:
-    # As `python -m MODULE` would run it: not from this script's directory (tests/broker would
-    # shadow the broker package).
+    # As `python -m MODULE` would run it: from the working directory, not this script's.
     sys.path[0] = ""
     offset = float(sys.argv[1])
     offset_ns = round(offset * 1e9)

@@ -37,7 +37,7 @@ class BrokerProcess:
         clock_offset: float = 0.0, env: dict[str, str] | None = None,
     ) -> None:
         # `port` restarts a broker where a stopped one listened, so clients find it again.
-        # `clock_offset` shifts the broker's wall clock by that many seconds (tests/clock_shift.py).
+        # `clock_offset` shifts the broker's wall clock by that many seconds (tests/support/clock_shift.py).
         self.port = port or free_port()
         self.state_dir = tmp / f"broker-{self.port}"
         restart = 1
@@ -182,7 +182,7 @@ def wait_for_primary(stub: pb_grpc.JournalStub, journal: str, timeout: float = 1
     raise TimeoutError(f"journal {journal} has no primary")
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_gazctl(

@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cluster.keyspace.etcd import EtcdProcess
 from cluster.server.tls import client_context
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
 
 PrivateKey = ec.EllipticCurvePrivateKey
 

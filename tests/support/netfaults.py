@@ -24,7 +24,7 @@ What it offers:
     output, so packets vanish silently both ways (no RST, no ICMP). `heal(host)` removes every fault
     of a host, `heal_all()` those of every host.
   - `delay(host, seconds)`: latency on the host's egress (the kernel has no netem here): its routes
-    are moved from `eth0` onto a delay wire (`DelayWire`, tests/delay_wire.py: a forwarder process
+    are moved from `eth0` onto a delay wire (`DelayWire`, tests/support/delay_wire.py: a forwarder process
     in the host's namespace moving Ethernet frames between a TAP device there and a TAP port of the
     bridge, holding the host's frames `seconds`); healed, the routes go back to `eth0` (the wire
     stays, idle, until the lab closes). Do not `isolate` a host while its delay is active (the
@@ -68,9 +68,9 @@ import pytest
 
 from broker.protocol import pb, pb_grpc
 from cluster.keyspace.etcd import EtcdProcess
-from tests.harness import list_routes
+from tests.support.harness import list_routes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path("/run/gazette-netfaults")
 NETNS_ETC = Path("/etc/netns")
 """`ip netns exec NS` bind-mounts the files of /etc/netns/NS/ over /etc: each host gets a resolv.conf naming no
@@ -290,7 +290,7 @@ class Fault:
 
 
 class DelayWire:
-    """A host's delay wire (tests/delay_wire.py): a forwarder process in the host's namespace moving Ethernet
+    """A host's delay wire (tests/support/delay_wire.py): a forwarder process in the host's namespace moving Ethernet
     frames between a TAP device there (`wire0`, eth0's MAC address) and a TAP port of the lab's bridge
     (`gzv<id>t<n>`), holding the frames the host sends for `delay` seconds. The host's traffic takes it
     while its routes name `wire0` (`route_via_wire`), else `eth0` (`route_via_eth0`); frames to the host
@@ -315,7 +315,7 @@ class DelayWire:
                                                         self.IFF_TAP | self.IFF_NO_PI))
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    self.host.exec_args(sys.executable, "-S", str(ROOT / "tests" / "delay_wire.py"), str(fd),
+                    self.host.exec_args(sys.executable, "-S", str(Path(__file__).with_name("delay_wire.py")), str(fd),
                                         self.HOST_TAP),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, pass_fds=(fd,), cwd=ROOT,
                     start_new_session=True,

@@ -1,4 +1,5 @@
-"""Helpers of the client tests: unique journal names, creating journals, broker metrics."""
+"""Journals of a real broker through the client library: unique names, creating journals and waiting
+for their primaries; the broker's /debug/metrics counters."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 
 from broker.client import JournalClient, apply_journals, list_journals, upsert
 from broker.protocol import pb
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
 
 
 def unique(prefix: str) -> str:

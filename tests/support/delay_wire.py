@@ -7,10 +7,10 @@ orphans a frame once a TAP device hands it over (as netem does with what it dela
 limit does not throttle a connection to a couple of segments per delay, as it would if the host's packets
 were held in the kernel (an NFQUEUE on the host's output hook, say).
 
-Run inside the host's namespace with the bridge-side TAP's file descriptor inherited (tests/netfaults.py,
+Run inside the host's namespace with the bridge-side TAP's file descriptor inherited (tests/support/netfaults.py,
 `NetworkLab.delay`, opens it in the root namespace and makes the routes):
 
-    python3 -S tests/delay_wire.py BRIDGE_TAP_FD HOST_TAP_NAME
+    python3 -S tests/support/delay_wire.py BRIDGE_TAP_FD HOST_TAP_NAME
 
 It creates the host's TAP (`HOST_TAP_NAME`, gone when the forwarder exits), prints `ready`, then takes
 commands on stdin, a line each, answering a line each:
