@@ -16,14 +16,9 @@ from broker.errors import ConfigError
 from cluster.server.listener import OnePortListener
 from cluster.server.tls import ServerTLS, check_client_files, client_context
 from tests.broker.test_listener import grpc_server, hello_handler, sock_dir  # noqa: F401 (fixtures)
-from tests.support.tls_certs import PKI, make_pki
+from tests.support.tls_certs import PKI
 
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _channel_credentials(pki: PKI, *, client_cert: bool = True, ca: Path | None = None) -> grpc.ChannelCredentials:

@@ -23,7 +23,7 @@ from tests.consumer.test_recovery_cli import Cluster, counts
 from tests.gazctl.test_shards_recovery_cli import persisted, small_fragment_log
 from tests.support.harness import BrokerProcess
 
-client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
+cluster = recovery.cluster
 Code = cpb.ReplicaStatus.Code
 
 

@@ -84,18 +84,6 @@ class Consumer:
             self._log.close()
 
 
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
-
-
 class Cluster:
     """A source journal, a shard with a recovery log, and the consumers serving it."""
 

@@ -10,7 +10,7 @@ from broker.protocol import labels
 from consumer.recoverylog import FSM, FSMHints, Recorder
 from consumer.recoverylog.ops import decode_frames, encode_op
 from tests.consumer.recoverylog.conftest import read_all
-from tests.consumer.test_recovery_cli import Cluster, appender, client, cluster  # noqa: F401  (fixtures)
+from tests.consumer.test_recovery_cli import Cluster, cluster  # noqa: F401  (a fixture)
 from tests.support.harness import journal_spec
 from tests.support.journals import create_journal, unique
 

@@ -65,12 +65,6 @@ class RecordedDeployment(Deployment):
 
 
 @pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
 async def deployment(etcd_client: Any, etcd_prefix: str, client: JournalClient,
                      tmp_path: Path) -> AsyncIterator[RecordedDeployment]:
     # sqlite_dir is where a shard without a label would keep its SQLStore: none does here.

@@ -218,12 +218,6 @@ class WordCount:
 
 
 @pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
 async def word_count(
     tmp_path: Path, broker: BrokerProcess, etcd_endpoint: str, etcd_client: Any, etcd_prefix: str,
     client: JournalClient,

@@ -23,7 +23,7 @@ from broker.protocol import pb as bpb
 from consumer.protocol import pb
 from gazctl.specs.gitops.source import COMMIT, MANAGED_BY
 from gazctl.specs.gitops.tree import load_tree
-from tests.support.harness import ROOT, BrokerProcess, free_port, run_gazctl, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, free_port, one_line_error, run_gazctl, wait_http_ready
 
 Code = pb.ReplicaStatus.Code
 
@@ -115,15 +115,6 @@ def shards(broker: BrokerProcess, summer: Consume, selector: str = "") -> dict[s
 def journals(broker: BrokerProcess, selector: str) -> list[str]:
     done = ok(run_gazctl(broker, "journals", "list", "-l", selector, "--format", "proto"))
     return sorted(j.spec.name for j in text_format.Parse(done.stdout, bpb.ListResponse()).journals)
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    lines = [line for line in done.stderr.splitlines() if not line.startswith("note: ")]
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def wait_primary(broker: BrokerProcess, proc: Consume, selector: str, ids: list[str], timeout: float = 30.0) -> None:

@@ -18,7 +18,7 @@ from consumer.protocol import pb
 from gazctl.config import resolve_consumer_address
 from gazctl.specs import shardspace
 from tests.consumer.test_consume_cli import ConsumerProcess
-from tests.support.harness import BrokerProcess, free_port, run_gazctl, table_rows
+from tests.support.harness import BrokerProcess, free_port, one_line_error, run_gazctl, table_rows
 
 SOURCE = "shards-cli/events"
 SHARD = "shards-cli-000"
@@ -69,16 +69,6 @@ def consumer(
 def shards(consumer: ConsumerProcess, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
     return run_gazctl(None, "shards", *args, input=input,
                       env={"CONSUMER_ADDRESS": consumer.url, "BROKER_ADDRESS": consumer.broker_url})
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr + done.stdout
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 def listed(consumer: ConsumerProcess, selector: str = "app=shards-cli") -> pb.ListResponse:

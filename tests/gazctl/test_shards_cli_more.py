@@ -27,9 +27,9 @@ from consumer.protocol import pb_grpc as cpb_grpc
 from gazctl.editor import ERROR_HEADER
 from tests.consumer.test_consume_cli import ConsumerProcess
 from tests.gazctl.shard_apps import GATE_ENV
-from tests.gazctl.test_shards_cli import JOURNALS, one_line_error, table_rows
+from tests.gazctl.test_shards_cli import JOURNALS, table_rows
 from tests.support.apps import create_tables
-from tests.support.harness import BrokerProcess, free_port, gazctl_env, run_gazctl
+from tests.support.harness import BrokerProcess, free_port, gazctl_env, one_line_error, run_gazctl
 
 APP = "tests.gazctl.shard_apps:gated_app"
 WAIT = 60.0

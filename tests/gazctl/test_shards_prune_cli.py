@@ -23,7 +23,7 @@ from tests.gazctl.test_shards_recovery_cli import gazctl, persisted
 from tests.support.harness import BrokerProcess, journal_spec
 from tests.support.journals import create_journal, unique
 
-client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
+cluster = recovery.cluster
 
 CHUNK = 1100
 """Each append rolls the fragment before it (length 1024): fragments [0,1100) ... [3300,4400)."""

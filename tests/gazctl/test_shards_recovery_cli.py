@@ -23,9 +23,8 @@ from tests.support.harness import BrokerProcess, journal_spec, run_gazctl
 
 Code = cpb.ReplicaStatus.Code
 
-# The recovery tests' fixtures: a JournalClient and an AppendService of the module's broker, and a
-# Cluster (a source journal, a recovery log and the consumers serving a shard).
-client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
+# The recovery tests' fixture: a Cluster (a source journal, a recovery log and the consumers serving a shard).
+cluster = recovery.cluster
 
 
 def gazctl(cluster: Cluster, consumer: str, *args: str) -> tuple[int, str, str]:

@@ -217,14 +217,16 @@ def gazctl_env(broker: BrokerProcess | None = None, cwd: Path | None = None) -> 
     return base
 
 
-def one_line_error(done: subprocess.CompletedProcess[str], *expected: str) -> str:
-    """The error line of a gazctl run that failed with status 1, checked to name each of `expected`."""
-    assert done.returncode == 1, done.stdout
-    error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: "), done.stderr
+def one_line_error(done: subprocess.CompletedProcess[str], *expected: str, code: int = 1) -> str:
+    """The one line a CLI run (gazctl, `gazette`) that failed with status `code` wrote to stderr (`note: `
+    lines aside), checked to start `error: ` and name each of `expected`; no traceback anywhere."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("note: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for text in expected:
-        assert text in error, error
-    return error
+        assert text in lines[0], lines[0]
+    return lines[0]
 
 
 def table_rows(text: str) -> list[list[str]]:

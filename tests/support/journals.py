@@ -38,9 +38,13 @@ async def wait_for_primary(client: JournalClient, journal: str, timeout: float =
             await asyncio.sleep(0.05)
 
 
-async def new_journal(client: JournalClient, prefix: str = "client", **fragment: object) -> str:
-    """Create a journal with the tutorial's settings, overridden by JournalSpec.Fragment fields."""
-    spec = journal_spec(unique(prefix))
+async def new_journal(
+    client: JournalClient, prefix: str = "client", *, content_type: str | None = None, **fragment: object
+) -> str:
+    """Create a journal under `prefix` with the tutorial's settings (labelled `content_type`, if given),
+    overridden by JournalSpec.Fragment fields; its name."""
+    name = unique(prefix)
+    spec = journal_spec(name) if content_type is None else journal_spec(name, content_type=content_type)
     for key, value in fragment.items():
         if key == "stores":
             spec.fragment.stores[:] = value  # type: ignore[index]

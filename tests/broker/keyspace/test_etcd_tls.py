@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -14,30 +13,9 @@ import pytest
 
 from cluster.keyspace.errors import EtcdUnavailableError
 from cluster.keyspace.etcd import open_etcd
-from tests.support.harness import free_port
-from tests.support.tls_certs import PKI, TLSEtcd, make_pki
+from tests.support.tls_certs import PKI
 
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def tls_etcd(pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("tls-etcd")
-    proc = TLSEtcd(
-        tmp / "data", pki, client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
-        extra_args=["--unsafe-no-fsync"],
-    )
-    proc.start()
-    try:
-        proc.wait_ready(30.0)
-        yield proc.endpoint
-    finally:
-        proc.stop()
 
 
 def _credentials(pki: PKI, *, ca: Path | None = None, client_cert: bool = True) -> grpc.ChannelCredentials:
