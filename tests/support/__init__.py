@@ -4,6 +4,7 @@
   (`run_gazctl`, `one_line_error`, `table_rows`), journal specs and Append/Apply RPCs, free ports, ROOT.
 - `journals`: journals of a real broker through the client library (unique names, `new_journal`,
   `create_journal`, waiting for a primary) and the broker's /debug/metrics counters.
+- `waiting`: `until`, polling a probe (awaited if it returns a coroutine) until a check accepts its value.
 - `inprocess`: brokers assembled in the test's own event loop (`InProcessBroker`, `InProcessCluster`).
 - `tls_certs`: a test CA and certificates (`make_pki`), an etcd and a broker speaking TLS.
 - `store_emulators`: moto (s3://), fake-gcs-server (gs://) and Azurite (azure://) on loopback.
