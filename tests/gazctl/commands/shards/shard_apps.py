@@ -1,4 +1,5 @@
-"""An application `gazette consume` loads in the `gazctl shards` tests (`tests.gazctl.shard_apps:gated_app`).
+"""An application `gazette consume` loads in the `gazctl shards` tests
+(`tests.gazctl.commands.shards.shard_apps:gated_app`).
 
 `gated_app` counts messages as `tests.support.cli_apps:app` does (its SQLite file is
 $GAZETTE_TEST_COUNTS_DB), but while the file $GAZETTE_TEST_GATE names exists it begins no

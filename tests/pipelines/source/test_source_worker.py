@@ -37,7 +37,7 @@ def run(tmp_path: Path, worker: bool) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_WORKER_FACTORY_SECRET"}
     if worker:
         env["PYTHON_WORKER_FACTORY_SECRET"] = "x"
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-c", SCRIPT, str(archive)], env=env, capture_output=True, text=True,
                          check=True, cwd=root)

@@ -1,15 +1,14 @@
-"""More of `gazctl shards`, run as a user runs it against a real broker and real `gazette consume`
-processes (`tests.gazctl.shard_apps:gated_app`, a counter that can be held back): `list --lag` of
-a consumer that is behind, then of the member that took its shard over, then of a shard with no
-member; `unassign` moving a primary to its standby; `list --replicas` showing the standby; `edit`
-keeping the user's comments and refusing a save over someone else's change; `--max-txn-size`;
-the consumer address from flags (before and after the command), `gazctl.ini` and
-`~/.config/gazette/gazctl.ini`; `print-config`'s `[shards.Consumer]`; `recover -d`."""
+"""`gazctl shards` against a primary with a hot standby, run as a user runs it against a real broker
+and two real `gazette consume` processes (`tests.gazctl.commands.shards.shard_apps:gated_app`, a
+counter that can be held back): `list --lag` of a consumer that is behind, then of the member that
+took its shard over, then of a shard with no member; `unassign` moving a primary to its standby;
+`list --replicas` showing the standby; `edit` keeping the user's comments and refusing a save over
+someone else's change; `--max-txn-size`; the consumer address from flags (before and after the
+command), `gazctl.ini` and `~/.config/gazette/gazctl.ini`."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,12 +25,12 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from gazctl.editor import ERROR_HEADER
 from tests.consumer.test_consume_cli import ConsumerProcess
-from tests.gazctl.shard_apps import GATE_ENV
-from tests.gazctl.test_shards_cli import JOURNALS, table_rows
+from tests.gazctl.commands.shards.shard_apps import GATE_ENV
+from tests.gazctl.commands.shards.test_shards_cli import JOURNALS, table_rows
 from tests.support.apps import create_tables
 from tests.support.harness import BrokerProcess, free_port, gazctl_env, one_line_error, run_gazctl
 
-APP = "tests.gazctl.shard_apps:gated_app"
+APP = "tests.gazctl.commands.shards.shard_apps:gated_app"
 WAIT = 60.0
 SOURCE = "shards-more/events"
 
@@ -434,36 +433,3 @@ def test_consumer_address_from_flags_and_ini_files(pair: Pair, tmp_path: Path) -
     (work / "gazctl.ini").rename(home / ".config" / "gazette" / "gazctl.ini")
     (home / ".config" / "gazette" / "gazctl.ini").write_text(f"[shards.Consumer]\nAddress = {pair.two.url}\n")
     assert listed_ids(gazctl_in(elsewhere_dir, home, "shards", "list", *sel)) == [shard]
-
-
-def test_print_config_shows_the_consumer_address(tmp_path: Path) -> None:
-    def config(*args: str, **env: str) -> str:
-        done = run_gazctl(None, "print-config", *args, cwd=tmp_path, env=env)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.split("[shards.Consumer]\n")[1].split("\n[")[0]
-
-    ini = tmp_path / "gazctl.ini"
-    ini.write_text("[shards.Consumer]\nAddress = http://from-ini:1\n")
-    assert config().endswith(f"From: {ini}.\nAddress = http://from-ini:1\n")
-    assert config(CONSUMER_ADDRESS="http://from-env:2").endswith("From: $CONSUMER_ADDRESS.\nAddress = http://from-env:2\n")
-    flagged = "From: flag --consumer.address.\nAddress = http://from-flag:3\n"
-    assert config("--consumer.address", "http://from-flag:3", CONSUMER_ADDRESS="http://from-env:2").endswith(flagged)
-    before = run_gazctl(None, "--consumer.address", "http://from-flag:3", "print-config", cwd=tmp_path)
-    assert flagged in before.stdout
-    # The output is a gazctl.ini that reproduces it.
-    ini.write_text(before.stdout)
-    assert config().endswith(f"From: {ini}.\nAddress = http://from-flag:3\n")
-    os.remove(ini)
-    assert config().endswith("From: default.\nAddress = http://localhost:8080\n")
-
-
-def test_recover_takes_d_for_dir(tmp_path: Path) -> None:
-    taken = tmp_path / "taken"
-    taken.mkdir()
-    (taken / "file").write_text("x")
-    # Refused before any consumer is asked: -d is --dir.
-    address = f"http://127.0.0.1:{free_port()}"
-    done = gazctl(address, "shards", "recover", "--id", "some-shard", "-d", str(taken))
-    one_line_error(done, f"--dir {taken} is not an empty directory")
-    one_line_error(gazctl(address, "shards", "recover", "--id", "some-shard"), "--dir (-d) is required")
-    assert "-d" in ok(gazctl(address, "shards", "recover", "--help", env={"COLUMNS": "200"})).stdout

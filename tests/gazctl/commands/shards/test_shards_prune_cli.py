@@ -19,7 +19,7 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import recoverylog_pb2 as rpb
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_recovery_cli import Cluster
-from tests.gazctl.test_shards_recovery_cli import gazctl, persisted
+from tests.gazctl.commands.shards.test_shards_recovery_cli import gazctl, persisted
 from tests.support.harness import BrokerProcess, journal_spec
 from tests.support.journals import create_journal, unique
 

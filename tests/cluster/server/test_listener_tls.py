@@ -15,7 +15,7 @@ import pytest
 from broker.errors import ConfigError
 from cluster.server.listener import OnePortListener
 from cluster.server.tls import ServerTLS, check_client_files, client_context
-from tests.broker.test_listener import grpc_server, hello_handler, sock_dir  # noqa: F401 (fixtures)
+from tests.cluster.server.test_listener import grpc_server, hello_handler, sock_dir  # noqa: F401 (fixtures)
 from tests.support.tls_certs import PKI
 
 MIB = 1 << 20

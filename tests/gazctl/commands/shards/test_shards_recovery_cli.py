@@ -19,7 +19,7 @@ from consumer.protocol import pb as cpb
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, counts
-from tests.support.harness import BrokerProcess, journal_spec, run_gazctl
+from tests.support.harness import BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl
 
 Code = cpb.ReplicaStatus.Code
 
@@ -176,3 +176,17 @@ async def test_an_exiting_primary_stores_its_recorded_hints(cluster: Cluster, ap
         await cluster.wait_statuses(stub, {Code.PRIMARY: 1}, primary="exit-b")
         hints = await recovery.get_hints(stub, cluster.shard)
         assert hints.primary_hints.HasField("hints") and hints.primary_hints.hints.live_nodes
+
+
+def test_recover_takes_d_for_dir(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file").write_text("x")
+    # Refused before any consumer is asked: -d is --dir.
+    env = {"CONSUMER_ADDRESS": f"http://127.0.0.1:{free_port()}"}
+    done = run_gazctl(None, "shards", "recover", "--id", "some-shard", "-d", str(taken), env=env)
+    one_line_error(done, f"--dir {taken} is not an empty directory")
+    one_line_error(run_gazctl(None, "shards", "recover", "--id", "some-shard", env=env), "--dir (-d) is required")
+    usage = run_gazctl(None, "shards", "recover", "--help", env={**env, "COLUMNS": "200"})
+    assert usage.returncode == 0 and "Traceback" not in usage.stderr, usage.stderr
+    assert "-d" in usage.stdout
