@@ -60,6 +60,16 @@ def pytest_report_header() -> str:
     return "dependencies: " + ", ".join(versions)
 
 
+def running_etcd(proc: EtcdProcess) -> Iterator[str]:
+    """Start `proc`, yield its URL once it is ready, and stop it after."""
+    proc.start()
+    try:
+        proc.wait_ready(30.0)
+        yield proc.endpoint
+    finally:
+        proc.stop()
+
+
 @pytest.fixture(scope="session")
 def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (`http://127.0.0.1:PORT`) of an etcd process that lives for the whole session."""
@@ -70,12 +80,7 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         tmp / "data", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
         extra_args=["--unsafe-no-fsync"],
     )
-    proc.start()
-    try:
-        proc.wait_ready(30.0)
-        yield proc.endpoint
-    finally:
-        proc.stop()
+    yield from running_etcd(proc)
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +98,7 @@ def tls_etcd(pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         tmp / "data", pki, client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
         extra_args=["--unsafe-no-fsync"],
     )
-    proc.start()
-    try:
-        proc.wait_ready(30.0)
-        yield proc.endpoint
-    finally:
-        proc.stop()
+    yield from running_etcd(proc)
 
 
 @pytest.fixture
