@@ -1,5 +1,6 @@
-"""Shared fixtures: one real etcd per test session, a unique keyspace root per test, moto's S3 server,
-and a real broker (with a Journal stub) per test module."""
+"""Shared fixtures: one real etcd per test session (and a TLS one, with a test CA, per module that asks),
+a unique keyspace root per test, the object stores' emulators, a real broker (with a Journal stub) per
+test module, and a client and AppendService of it per test. The helpers they use are tests/support's."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import aetcd
 import pytest
 from grpc._cython import cygrpc
 
+from broker.client import AppendService, JournalClient
 from broker.protocol import pb_grpc
 from cluster.keyspace.etcd import EtcdProcess, parse_address
-from tests.harness import BrokerProcess, free_port, serving_broker
-from tests.store_emulators import (
+from tests.support.harness import BrokerProcess, free_port, serving_broker
+from tests.support.store_emulators import (
     EMULATORS,
     AzuriteServer,
     EmulatorMissing,
@@ -32,6 +34,7 @@ from tests.store_emulators import (
     running,
     use_test_credentials,
 )
+from tests.support.tls_certs import PKI, TLSEtcd, make_pki
 
 # grpc.aio shuts its poller thread down when its last channel or server is freed, joining that
 # thread; a call left pending in a loop that was closed (a test cut off by its timeout) keeps the
@@ -57,6 +60,16 @@ def pytest_report_header() -> str:
     return "dependencies: " + ", ".join(versions)
 
 
+def running_etcd(proc: EtcdProcess) -> Iterator[str]:
+    """Start `proc`, yield its URL once it is ready, and stop it after."""
+    proc.start()
+    try:
+        proc.wait_ready(30.0)
+        yield proc.endpoint
+    finally:
+        proc.stop()
+
+
 @pytest.fixture(scope="session")
 def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL (`http://127.0.0.1:PORT`) of an etcd process that lives for the whole session."""
@@ -67,12 +80,25 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         tmp / "data", client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
         extra_args=["--unsafe-no-fsync"],
     )
-    proc.start()
-    try:
-        proc.wait_ready(30.0)
-        yield proc.endpoint
-    finally:
-        proc.stop()
+    yield from running_etcd(proc)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
+    """A test CA with server and client certificates, and a wrong CA (tests/support/tls_certs.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_etcd(pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL (`https://127.0.0.1:PORT`) of an etcd of the module that serves TLS with `pki`'s certificates
+    and requires client certificates."""
+    tmp = tmp_path_factory.mktemp("tls-etcd")
+    proc = TLSEtcd(
+        tmp / "data", pki, client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
+        extra_args=["--unsafe-no-fsync"],
+    )
+    yield from running_etcd(proc)
 
 
 @pytest.fixture
@@ -162,3 +188,17 @@ def stub(broker: BrokerProcess) -> Iterator[pb_grpc.JournalStub]:
         yield journal_stub
     finally:
         channel.close()
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
+    """A JournalClient of the module's broker."""
+    async with JournalClient(broker.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
+    """An AppendService of `client`."""
+    async with AppendService(client) as svc:
+        yield svc

@@ -14,7 +14,7 @@ import ast
 
 import pytest
 
-from tests.harness import ROOT
+from tests.support.harness import ROOT
 
 PACKAGES = ("broker", "cluster", "consumer", "gazctl", "pipelines", "examples")
 

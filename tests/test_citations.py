@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.harness import ROOT
+from tests.support.harness import ROOT
 
 OUTSIDE = re.compile(
     r"\.\./shared\b"  # a path outside the repository

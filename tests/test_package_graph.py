@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
+from tests.support.harness import ROOT
 
 PACKAGES = ("broker", "cluster", "consumer", "gazctl", "gazette", "pipelines")
 BROKER_LAYERS = ("protocol", "stores", "specs", "fragment", "client")

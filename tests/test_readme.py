@@ -35,7 +35,7 @@ import grpc
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import ROOT, free_port, table_rows
+from tests.support.harness import ROOT, free_port, table_rows
 
 README = ROOT / "README.md"
 README_PORT = "8080"

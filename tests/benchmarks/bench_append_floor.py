@@ -46,8 +46,8 @@ from broker.client.http_append import HttpAppends
 from broker.client.http_conn import HttpConnections
 from broker.protocol import pb
 from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
-from tests.broker.client.helpers import create_journal
-from tests.harness import free_port, journal_spec
+from tests.support.harness import free_port, journal_spec
+from tests.support.journals import create_journal
 
 MiB = 1 << 20
 THREADED_MIN = 64 << 10

@@ -37,7 +37,7 @@ from broker.client import AppendService, AsyncAppend, JournalClient
 from broker.protocol import pb
 from tests.benchmarks.bench_broker import bench_spec, log
 from tests.benchmarks.stack import etcd_and_broker
-from tests.harness import apply_specs, wait_for_primary
+from tests.support.harness import apply_specs, wait_for_primary
 
 RECORD_SIZE = 256
 GOAL = 100_000.0

@@ -53,7 +53,7 @@ import snappy
 from broker.client import AppendService, JournalClient
 from broker.protocol import pb, pb_grpc
 from tests.benchmarks.stack import etcd_and_broker, log, percentile, stat_cpu_seconds
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 MiB = 1 << 20
 MB = 1e6

@@ -4,7 +4,7 @@ Starts its own etcd, one `gazette serve` broker and ONE `gazette consume
 tests.benchmarks.consumer_app:app` process (a real process). The shard's sources are 4 journals
 of 256-byte JSON messages (application/x-ndjson, each with a message UUID and a Key); the
 application counts messages by key into its SQLStore (SQLite, or a PostgreSQL started by
-tests/postgres.py) and publishes one derived message per 100 inputs to an output journal.
+tests/support/postgres.py) and publishes one derived message per 100 inputs to an output journal.
 
 1. Throughput, in `--rounds` rounds (default 3), each on 4 fresh journals and a fresh shard:
    `--messages` messages are pre-loaded into the journals with publish_committed through an
@@ -74,7 +74,7 @@ from tests.benchmarks.consumer_app import (
     read_total,
 )
 from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
-from tests.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, apply_specs, free_port, wait_for_primary, wait_http_ready
 
 APP = "tests.benchmarks.consumer_app:app"
 MESSAGE_SIZE = 256
@@ -434,7 +434,7 @@ def run_store(args: argparse.Namespace, kind: str) -> Result:
     with tempfile.TemporaryDirectory(prefix="bench-consumer-") as tmp_name, ExitStack() as stack:
         tmp = Path(tmp_name)
         if kind == "postgres":
-            from tests.postgres import PostgresServer, find_bindir
+            from tests.support.postgres import PostgresServer, find_bindir
 
             if find_bindir() is None:
                 raise RuntimeError("PostgreSQL server binaries are not installed (apt-get install -y postgresql)")

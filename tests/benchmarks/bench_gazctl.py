@@ -43,7 +43,7 @@ from pathlib import Path
 from broker.protocol import pb
 from tests.benchmarks.bench_broker import CpuMeter, CpuUse, thread_cpu
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import BrokerProcess, gazctl_env
+from tests.support.harness import BrokerProcess, gazctl_env
 
 GOALS = {"list": 1.0, "apply": 10.0}  # Wall seconds of one CLI run.
 LABEL_SELECTOR = "group=g3"

@@ -32,7 +32,7 @@ from cluster.keyspace.etcd import EtcdProcess
 from tests.benchmarks.bench_gazctl import Gazctl, Timing, timed
 from tests.benchmarks.bench_gitops import write_tree
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import ROOT, BrokerProcess, free_port, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, free_port, wait_http_ready
 
 PLAN_GOAL = 5.0
 

@@ -13,11 +13,12 @@ For every shape: appends/s, p50/p99 latency, and the broker's CPU per append (it
 user+system seconds from /proc over the shape, divided by the appends), with the client
 processes' CPU per append for reference. One real etcd and `gazette serve` (replication 1,
 file:// store), started here; `--broker-args` passes more flags to it (e.g. `--broker.workers 2`).
-With `--peer-bench PYTHON` it also runs ../shared/bench/peer_bench.py's latency cases with that
-interpreter in the same run, so NATS JetStream's and Redis's one-at-a-time figures print beside ours.
+With `--peer-bench SCRIPT --peer-python PYTHON` it also runs a peer benchmark script (one that runs
+NATS JetStream and Redis Streams and writes its rows as JSON to `--out`) with that interpreter in
+the same run, so their one-at-a-time figures print beside ours.
 
     python -m tests.benchmarks.bench_grpc_append [--seconds 8] [--writers 1,16] [--sizes 256,4096]
-        [--procs 4] [--broker-args "--broker.workers 2"] [--peer-bench ~/.cache/gazette-peer-bench/venv/bin/python]
+        [--procs 4] [--broker-args "--broker.processes 2"] [--peer-bench SCRIPT --peer-python PYTHON]
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ import grpc
 from broker.client import JournalClient, append
 from broker.protocol import pb, pb_grpc
 from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 APPEND_METHOD = "/protocol.Journal/Append"
-PEER_BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench" / "peer_bench.py"
 
 
 @dataclass
@@ -146,13 +146,13 @@ def measure(shape: Shape, broker: BrokerProcess, journals: list[str], procs: int
     shape.broker_cpu = cpu1 - cpu0
 
 
-def peer_latencies(python: str, sizes: list[int], seconds: float) -> list[str]:
-    """peer_bench.py's one-at-a-time latency rows (NATS JetStream, Redis) for `sizes`, as printed lines."""
-    if not PEER_BENCH.exists():
-        return [f"(no {PEER_BENCH})"]
+def peer_latencies(script: str, python: str, sizes: list[int], seconds: float) -> list[str]:
+    """The peer benchmark's rows (NATS JetStream, Redis) for `sizes`, as printed lines."""
+    if not Path(script).exists():
+        return [f"(no {script})"]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "peers.json"
-        cmd = [python, str(PEER_BENCH), "--out", str(out), "--lat-seconds", str(seconds)]
+        cmd = [python, script, "--out", str(out), "--lat-seconds", str(seconds)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0 or not out.exists():
             return [f"(peer_bench failed: {proc.stderr.strip()[-400:]})"]
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> None:
         for shape in shapes:
             log(f"measuring {shape.name}")
             measure(shape, broker, journals[: shape.writers], args.procs, args.seconds)
-    peers = peer_latencies(args.peer_bench, sizes, args.seconds) if args.peer_bench else []
+    peers = peer_latencies(args.peer_bench, args.peer_python, sizes, args.seconds) if args.peer_bench else []
     print_report(shapes, args.broker_args, peers)
 
 
@@ -211,8 +211,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="256,4096", help="append sizes in bytes, comma-separated")
     parser.add_argument("--procs", type=int, default=4, help="client processes sharing the writers")
     parser.add_argument("--broker-args", default="", help="more flags for `gazette serve`, as one string")
-    parser.add_argument("--peer-bench", metavar="PYTHON", default="",
-                        help="also run peer_bench.py's cases with this interpreter (the peer venv's python)")
+    parser.add_argument("--peer-bench", metavar="SCRIPT", default="",
+                        help="also run this peer benchmark script (NATS JetStream, Redis) in the same run")
+    parser.add_argument("--peer-python", metavar="PYTHON", default=sys.executable,
+                        help="the interpreter that runs --peer-bench (one with its clients installed)")
     parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client:

@@ -16,7 +16,7 @@ consume` processes). Four parts, all in one run:
    (the client's RetryReader, chunks read and discarded) and a Player playing the log (from the
    Recorder's hints) into a fresh temporary directory, to the write head. Best of each; goal
    >= 200 MB/s, or >= 50% of the raw rate.
-3. Take-over, with real `gazette consume` processes running `tests.consumer.cli_apps:recorded_app`
+3. Take-over, with real `gazette consume` processes running `tests.support.cli_apps:recorded_app`
    (the JSON counting store of tests/consumer/test_recovery_cli.py, whose Consumer and Cluster
    classes are reused; `--etcd.lease 3`): a shard with `hot_standbys: 1` on two members, messages
    consumed, the standby tailing the log. Stat requests (read_through = the source's head) are
@@ -71,11 +71,11 @@ from consumer.recoverylog import player as player_module
 from consumer.stores import JSONFileStore, SQLiteStore
 from tests.benchmarks.bench_broker import bench_spec
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.broker.client.helpers import create_journal
 from tests.consumer.stores.recorded import FakeShard
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import LEASE, Cluster
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
+from tests.support.journals import create_journal
 
 MB = 1e6
 MiB = 1 << 20

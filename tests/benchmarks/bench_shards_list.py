@@ -1,6 +1,6 @@
 """Benchmark of `gazctl shards list` over 10,000 shards.
 
-Starts a real etcd, one `gazette serve` and one `gazette consume tests.consumer.cli_apps:app`
+Starts a real etcd, one `gazette serve` and one `gazette consume tests.support.cli_apps:app`
 process, applies --shards shard specs (each reading its own journal; `disable: true`, so the
 one consumer process is not asked to run 10,000 replicas: List reports specs, statuses and
 routes the same way) through the Shard API in transactions of 500, then times the real CLI
@@ -31,7 +31,7 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.benchmarks.bench_gazctl import Timing, timed
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import ROOT, BrokerProcess, free_port, gazctl_env, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, free_port, gazctl_env, wait_http_ready
 
 LIST_GOAL = 1.0
 APPLY_BATCH = 500
@@ -42,7 +42,7 @@ def start_consumer(tmp: Path, broker: BrokerProcess, etcd: str) -> tuple[subproc
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUMER_", "ETCD_", "BROKER_", "LOG_"))}
     env.update({"PYTHONPATH": str(ROOT), "GAZETTE_TEST_COUNTS_DB": str(tmp / "counts.db")})
     args = [
-        sys.executable, "-m", "consumer", "consume", "tests.consumer.cli_apps:app", "--consumer.id", "bench",
+        sys.executable, "-m", "consumer", "consume", "tests.support.cli_apps:app", "--consumer.id", "bench",
         "--consumer.port", str(port), "--consumer.host", "127.0.0.1", "--consumer.bind", "127.0.0.1",
         "--broker.address", broker.url, "--etcd.address", etcd, "--etcd.prefix", "/bench-shards",
     ]

@@ -67,8 +67,8 @@ from broker.client.listing import fragments_request, list_all_fragments
 from broker.protocol import pb
 from tests.benchmarks.bench_broker import CHANNEL_OPTIONS, append_once, append_rpc, content_requests
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
-from tests.pipelines.spark_session import local_spark
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.spark_session import local_spark
 
 KiB = 1 << 10
 MiB = 1 << 20

@@ -1,6 +1,6 @@
 """Benchmark of persisting fragments to, and reading them back from, each fragment store, in one run:
 file:// (a temp dir), s3:// (moto's server), gs:// (fake-gcs-server) and azure:// (Azurite), each
-emulator a real HTTP server on loopback (tests/store_emulators.py; one not installed is left out).
+emulator a real HTTP server on loopback (tests/support/store_emulators.py; one not installed is left out).
 
 One etcd and one `gazette serve` (started after the emulators, so it inherits their endpoints and
 credentials) serve one journal per store: replication 1, SNAPPY, 8 MiB fragments. Per store:
@@ -44,8 +44,8 @@ from broker.protocol import pb, pb_grpc
 from broker.stores import StoreRegistry
 from tests.benchmarks.bench_broker import chunks_of, make_content
 from tests.benchmarks.stack import etcd_and_broker, log
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
-from tests.store_emulators import EMULATORS, EmulatorMissing, EmulatorProcess
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.store_emulators import EMULATORS, EmulatorMissing, EmulatorProcess
 
 MiB = 1 << 20
 MB = 1e6

@@ -46,8 +46,8 @@ from tests.benchmarks.bench_broker import (
     read_range,
 )
 from tests.benchmarks.stack import log
-from tests.harness import BrokerProcess, apply_specs, free_port, wait_for_primary
-from tests.tls_certs import PKI, TLSBroker, make_pki
+from tests.support.harness import BrokerProcess, apply_specs, free_port, wait_for_primary
+from tests.support.tls_certs import PKI, TLSBroker, make_pki
 
 MiB = 1 << 20
 AUTH_KEY = base64.b64encode(b"the bench_tls key of 32 bytes..!").decode()

@@ -59,7 +59,7 @@ from tests.broker.test_cluster_chaos import (
     read_back,
     record,
 )
-from tests.harness import BrokerCluster, free_port
+from tests.support.harness import BrokerCluster, free_port
 
 KINDS = {
     "sigkill-same": ("SIGKILL same id", signal.SIGKILL, True),

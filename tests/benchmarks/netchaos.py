@@ -47,7 +47,7 @@ from tests.broker.test_network_faults import (
     fault_run,
     lab_fault,
 )
-from tests.netfaults import Fault, NetBroker, netfaults_unavailable
+from tests.support.netfaults import Fault, NetBroker, netfaults_unavailable
 
 
 async def _latency(run: Run, victim: NetBroker) -> Fault:

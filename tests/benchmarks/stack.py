@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cluster.keyspace.etcd import EtcdProcess
-from tests.harness import BrokerProcess, free_port
+from tests.support.harness import BrokerProcess, free_port
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

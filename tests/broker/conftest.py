@@ -1,4 +1,4 @@
-"""Fixtures of the broker tests: in-process brokers (see `tests/broker/inprocess.py`) in the test's
+"""Fixtures of the broker tests: in-process brokers (see `tests/support/inprocess.py`) in the test's
 event loop, against the session's etcd under the test's own keyspace root."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker.inprocess import InProcessBroker, InProcessCluster
+from tests.support.inprocess import InProcessBroker, InProcessCluster
 
 
 @pytest.fixture

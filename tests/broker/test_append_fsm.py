@@ -27,8 +27,8 @@ from broker.pulse import STABLE_PULSES_TO_SUSPEND, pulse, run_pulses
 from broker.service import _content_chunks
 from broker.stores.memory import bucket_objects
 from cluster.keyspace import put_op, txn
-from tests.broker.inprocess import InProcessBroker, InProcessCluster, append, content
-from tests.harness import journal_spec
+from tests.support.harness import journal_spec
+from tests.support.inprocess import InProcessBroker, InProcessCluster, append, content
 
 AS = pb.AppendRequest
 LEVEL = pb.JournalSpec.Suspend

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.keyspace.etcd import EtcdProcess
-from tests.harness import BrokerProcess, free_port, run_gazctl
+from tests.support.harness import BrokerProcess, free_port, run_gazctl
 
 
 class SmallTxnEtcd(EtcdProcess):

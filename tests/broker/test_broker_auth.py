@@ -24,7 +24,7 @@ from broker.client import Credentials, JournalClient, Reader, RetryReader, Trans
 from broker.protocol import pb, pb_grpc
 from broker.protocol.auth import Capability, Claims, KeyedAuth
 from broker.protocol.selectors import parse_selector
-from tests.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
+from tests.support.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
 
 KEY = base64.b64encode(b"a test key of thirty-two bytes!!").decode()
 OTHER_KEY = base64.b64encode(b"another key, which brokers lack!").decode()

@@ -16,7 +16,7 @@ from typing import TypeVar
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, append, apply_specs, journal_spec
+from tests.support.harness import BrokerProcess, append, apply_specs, journal_spec
 
 JOURNALS = [f"balance/j{i:02}" for i in range(12)]
 ZONES = ("a", "b", "c")

@@ -41,7 +41,7 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb
-from tests.harness import BrokerCluster, apply_specs, journal_spec
+from tests.support.harness import BrokerCluster, apply_specs, journal_spec
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,7 @@ import pytest
 
 from broker.flow_control import MinRateError, MinRateGuard
 from broker.protocol import pb, pb_grpc
-from tests.harness import apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import apply_specs, journal_spec, wait_for_primary
 
 
 def _write_head(stub: pb_grpc.JournalStub, journal: str) -> int:

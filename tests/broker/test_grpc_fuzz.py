@@ -32,7 +32,7 @@ from tests.fuzz.fuzz_grpc import (
     inputs,
     prepare_journals,
 )
-from tests.harness import BrokerProcess, serving_broker
+from tests.support.harness import BrokerProcess, serving_broker
 
 EXAMPLES = 60
 """Inputs per method and kind: a few seconds each; `python -m tests.fuzz.fuzz_grpc` runs for minutes."""

@@ -22,7 +22,7 @@ import h2.events
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import ROOT, BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import ROOT, BrokerProcess, append, apply_specs, journal_spec, wait_for_primary
 
 JOURNAL = "hostile/grpc"
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 
 def _http(broker: BrokerProcess, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:

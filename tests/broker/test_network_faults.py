@@ -1,5 +1,5 @@
 """Network faults between real brokers: three `gazette serve` brokers (zones a, b, c; --etcd.lease 5), each
-a host in a Linux network namespace of its own, etcd apart in the root namespace (tests/netfaults.py).
+a host in a Linux network namespace of its own, etcd apart in the root namespace (tests/support/netfaults.py).
 
 A journal's primary is isolated, cut from etcd, cut from its peers, isolated in the middle of an append
 streaming to it, or has 200 ms added to its egress, while writers append (gRPC Appends, 3 s each at most)
@@ -47,8 +47,8 @@ from broker.client import (
     append,
 )
 from tests.broker.test_cluster_chaos import BrokerRead, Ledger, Verdict, read_back, record
-from tests.harness import apply_specs, journal_spec
-from tests.netfaults import DelayFault, Fault, NetBroker, NetworkLab, connect_seconds, netfaults_unavailable
+from tests.support.harness import apply_specs, journal_spec
+from tests.support.netfaults import DelayFault, Fault, NetBroker, NetworkLab, connect_seconds, netfaults_unavailable
 
 UNAVAILABLE = netfaults_unavailable()
 pytestmark = [

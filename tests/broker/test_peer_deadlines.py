@@ -18,8 +18,8 @@ from broker import replicate
 from broker.errors import PipelineError
 from broker.pipeline import peer_timeout
 from broker.protocol import pb
-from tests.broker.inprocess import InProcessBroker, InProcessCluster, append
 from tests.broker.test_replicate_refusals import header_for, journal_state, two_replicas
+from tests.support.inprocess import InProcessBroker, InProcessCluster, append
 
 J = "replicate/journal"
 Pair = tuple[InProcessBroker, InProcessBroker]

@@ -17,8 +17,8 @@ from broker import replicate
 from broker.errors import PipelineError
 from broker.fragment import sha1sum_from_digest
 from broker.protocol import pb
-from tests.broker.inprocess import InProcessBroker, InProcessCluster, append
-from tests.harness import journal_spec
+from tests.support.harness import journal_spec
+from tests.support.inprocess import InProcessBroker, InProcessCluster, append
 
 J = "replicate/journal"
 Pair = tuple[InProcessBroker, InProcessBroker]

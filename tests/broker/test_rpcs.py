@@ -12,7 +12,7 @@ import pytest
 
 from broker.fragment import sha1sum_hex
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 AS = pb.AppendRequest
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from broker.protocol import pb
-from tests.harness import BrokerProcess, apply_specs, free_port, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, free_port, journal_spec, wait_for_primary
 
 
 def _etcd_children(pid: int) -> list[int]:

@@ -22,7 +22,15 @@ import pytest
 from broker.protocol import pb, pb_grpc
 from cluster.server.http.server import CORS_HEADERS
 from tests.fuzz.fuzz_http import NORMAL, Exchange, Item, Wire, exchange
-from tests.harness import BrokerProcess, append, apply_specs, free_port, journal_spec, wait_for_primary
+from tests.support.harness import (
+    BrokerProcess,
+    append,
+    apply_specs,
+    free_port,
+    journal_spec,
+    one_line_error,
+    wait_for_primary,
+)
 
 ORIGIN = "https://reader.example"
 JOURNAL = "flags/j"
@@ -153,8 +161,6 @@ def test_max_grpc_recv_size_is_applied(served: Served, journal_stub: pb_grpc.Jou
 def test_bad_values_are_one_line_errors(args: list[str], flag: str) -> None:
     done = subprocess.run([sys.executable, "-m", "gazette", "serve", *args], capture_output=True, text=True,
                           timeout=60)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert flag in lines[0] and "Traceback" not in done.stderr
+    error = one_line_error(done, flag, code=2)
     if flag in ("--etcd.lease", "--broker.watch-delay"):
-        assert "give a Go duration such as 20s, 1m30s or 250ms, or seconds (20)" in lines[0], lines[0]
+        assert "give a Go duration such as 20s, 1m30s or 250ms, or seconds (20)" in error, error

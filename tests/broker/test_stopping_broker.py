@@ -37,8 +37,8 @@ from broker.client import (
 )
 from broker.protocol import pb
 from broker.protocol.metadata import APPEND_BEGUN_KEY, WANT_APPEND_BEGUN, never_begun
-from tests.broker.inprocess import InProcessBroker, InProcessCluster
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.inprocess import InProcessBroker, InProcessCluster
 
 pytestmark = pytest.mark.timeout(180)
 

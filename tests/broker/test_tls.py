@@ -26,16 +26,18 @@ import pytest
 from broker.client import AppendService, Credentials, JournalClient, Reader, TransportError, append, list_journals
 from broker.protocol import pb
 from cluster.server.tls import client_context
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, run_gazctl, serving_broker
-from tests.tls_certs import PKI, TLSBroker, TLSEtcd, make_pki
+from tests.support.harness import (
+    ROOT,
+    BrokerProcess,
+    journal_spec,
+    one_line_error,
+    run_gazctl,
+    serving_broker,
+)
+from tests.support.tls_certs import PKI, TLSBroker
 
 PREFIX = f"tls-{uuid.uuid4().hex[:8]}/"
 REPLICATED = f"{PREFIX}replicated"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +174,6 @@ async def test_a_client_without_a_certificate_is_refused(brokers: list[TLSBroker
         assert err.value.code is not None and err.value.code.name == "UNAVAILABLE"
     done = await asyncio.to_thread(gazctl, brokers[0], *tls_args(pki, client_cert=False), "journals", "list")
     one_line_error(done, "--broker.cert-file")
-    assert "Traceback" not in done.stderr
     with pytest.raises((ssl.SSLError, ConnectionError)):
         conn = http.client.HTTPSConnection("127.0.0.1", brokers[0].port, context=client_context(ca_file=str(pki.ca)))
         conn.request("GET", "/debug/ready")
@@ -183,7 +184,6 @@ def test_a_client_trusting_a_wrong_ca_gets_a_clear_error(brokers: list[TLSBroker
     pki = brokers[0].pki
     done = gazctl(brokers[0], *tls_args(pki, ca=pki.wrong_ca), "journals", "list")
     error = one_line_error(done, "certificate")
-    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "--broker.trusted-ca-file" in error, error
     with pytest.raises(urllib.error.URLError) as refused:
         urllib.request.urlopen(f"{brokers[0].url}/debug/ready", context=client_context(ca_file=str(pki.wrong_ca)))
@@ -212,7 +212,6 @@ def test_tls_to_a_plain_broker_fails_at_once(etcd_endpoint: str, tmp_path: Path)
         address = f"https://127.0.0.1:{plain.port}"
         done = run_gazctl(None, "journals", "list", env={"BROKER_ADDRESS": address}, timeout=15)
         error = one_line_error(done, address, "http://", "handshake")
-        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         with pytest.raises((ssl.SSLError, ConnectionError)):
             with socket.create_connection(("127.0.0.1", plain.port), timeout=15) as raw:
                 ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")
@@ -250,19 +249,6 @@ def test_unusable_tls_files_stop_the_broker_at_startup(pki: PKI, tmp_path: Path,
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], done.stderr
-
-
-@pytest.fixture(scope="module")
-def tls_etcd(pki: PKI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("tls-etcd")
-    proc = TLSEtcd(tmp / "data", pki, client_port=free_port(), peer_port=free_port(), log_path=tmp / "etcd.log",
-                   extra_args=["--unsafe-no-fsync"])
-    proc.start()
-    try:
-        proc.wait_ready(30.0)
-        yield proc.endpoint
-    finally:
-        proc.stop()
 
 
 def test_a_broker_on_a_tls_etcd(pki: PKI, tls_etcd: str, tmp_path: Path) -> None:

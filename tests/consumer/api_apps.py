@@ -28,7 +28,7 @@ from broker.protocol import pb as bpb
 from cluster.server.http.routes import HttpRequest, HttpResponse
 from consumer.app_api import AppContext, ShardUnavailable, proxy_header_of
 from consumer.resolver import Resolution
-from tests.consumer.cli_apps import EnvCountingApp
+from tests.support.cli_apps import EnvCountingApp
 
 WHO_METHOD = "/test.ShardInfo/Who"
 PROXY_HEADER = "x-proxy-header"

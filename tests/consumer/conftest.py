@@ -1,4 +1,4 @@
-"""Consumer test fixtures: a real PostgreSQL server per session, and a fresh database per test."""
+"""Consumer test fixtures: a real PostgreSQL server per session, a fresh database per test, and `ajc`."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.postgres import MISSING_REASON, PostgresServer, find_bindir
+from broker.client import AppendService
+from tests.support.postgres import MISSING_REASON, PostgresServer, find_bindir
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the whole session (see tests/postgres.py); skips only when
+    """A PostgreSQL server for the whole session (see tests/support/postgres.py); skips only when
     PostgreSQL's server binaries are not installed."""
     bindir = find_bindir()
     if bindir is None:
@@ -27,3 +28,9 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_dsn(postgres_server: PostgresServer) -> str:
     """The DSN of a new, empty database of the session's server, for this test only."""
     return postgres_server.create_database()
+
+
+@pytest.fixture
+def ajc(appender: AppendService) -> AppendService:
+    """The root conftest's `appender`, by the name Gazette's recovery-log and store tests give it."""
+    return appender

@@ -1,4 +1,4 @@
-"""`gazette consume` processes as hosts of a `tests.netfaults.NetworkLab`: each consumer member runs
+"""`gazette consume` processes as hosts of a `tests.support.netfaults.NetworkLab`: each consumer member runs
 `python -m consumer consume APP` inside a network namespace of its own, bound to and advertising its
 host's address, against the lab's etcd (root namespace) and a broker of the lab.
 
@@ -18,7 +18,7 @@ import sys
 import urllib.request
 from collections.abc import Iterable, Mapping
 
-from tests.netfaults import NetHost, NetProcess, NetworkLab
+from tests.support.netfaults import NetHost, NetProcess, NetworkLab
 
 _METRIC_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 

@@ -21,10 +21,10 @@ from broker.protocol.auth import Capability, Claims, KeyedAuth
 from broker.protocol.selectors import parse_selector
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, create_tables, read_counts
 from tests.consumer.test_consume_cli import ConsumerProcess, publish, run_consume, stat_through
-from tests.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
+from tests.support.apps import NDJSON, create_tables, read_counts
+from tests.support.harness import BrokerProcess, journal_spec, one_line_error, run_gazctl
+from tests.support.journals import create_journal, unique
 
 BROKER_KEY = base64.b64encode(b"the brokers' key, 32 bytes long!").decode()
 CONSUMER_KEY = base64.b64encode(b"the consumers' key, 32 bytes...!").decode()
@@ -126,7 +126,7 @@ async def test_shard_api_and_gazctl_shards_with_tokens(
 
 
 def test_consume_refuses_keys_that_do_not_decode() -> None:
-    done = run_consume("consume", "tests.consumer.cli_apps:app", "--consumer.auth-keys", "%%%",
+    done = run_consume("consume", "tests.support.cli_apps:app", "--consumer.auth-keys", "%%%",
                        "--etcd.address", "http://127.0.0.1:1")
     assert done.returncode == 2 and "--consumer.auth-keys" in done.stderr and "failed to decode auth key" in \
         done.stderr, done.stderr

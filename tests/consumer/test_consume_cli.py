@@ -1,5 +1,5 @@
 """`gazette consume MODULE:ATTR` as a user runs it: a real `gazette serve` (the module's broker, on
-the session's etcd) and real consumer processes running `tests.consumer.cli_apps:app`, driven
+the session's etcd) and real consumer processes running `tests.support.cli_apps:app`, driven
 through the consumer's one port (the Shard gRPC API, `/debug/ready`, `/debug/metrics`).
 """
 
@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,12 @@ from consumer.message import Publisher
 from consumer.process import application_name, default_prefix, load_application
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, Event, create_tables, read_counts
-from tests.consumer.cli_apps import COUNTS_DB_ENV, EnvCountingApp
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, wait_http_ready
+from tests.support.apps import NDJSON, Event, create_tables, read_counts
+from tests.support.cli_apps import COUNTS_DB_ENV, EnvCountingApp
+from tests.support.harness import ROOT, BrokerProcess, free_port, journal_spec, one_line_error, wait_http_ready
+from tests.support.journals import create_journal, unique
 
-APP = "tests.consumer.cli_apps:app"
+APP = "tests.support.cli_apps:app"
 WAIT = 60.0
 
 
@@ -90,18 +90,6 @@ class ConsumerProcess:
             return text
 
 
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
-
-
 async def publish(svc: AppendService, journal: str, *keys: str) -> int:
     """Publish one self-committed message per key; returns the journal offset after the last."""
     pub = Publisher(svc)
@@ -131,16 +119,6 @@ async def stat_through(stub: cpb_grpc.ShardStub, shard: str, journal: str, offse
 def run_consume(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gazette", *args], capture_output=True, text=True,
                           env=child_env(COLUMNS="200"), cwd=ROOT, timeout=timeout)
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], code: int, *expected: str) -> str:
-    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    assert "Traceback" not in done.stderr + done.stdout
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
 
 
 # -- a consumer process end to end ----------------------------------------------------------------
@@ -277,14 +255,15 @@ async def test_gazette_flags_durations_debug_port_and_cors(
     ("spec", "expected"),
     [
         ("no_such_module_xyz:app", ["could not import module 'no_such_module_xyz'"]),
-        ("tests.consumer.cli_apps:nope", ["module 'tests.consumer.cli_apps' has no attribute 'nope'"]),
-        ("tests.consumer.cli_apps:not_an_app", ["is not a consumer Application", "new_store"]),
-        ("tests.consumer.apps:CountingApp", ["is a class, not an application object"]),
-        ("tests.consumer.cli_apps", ["is not MODULE:ATTR"]),
+        ("tests.support.cli_apps:nope", ["module 'tests.support.cli_apps' has no attribute 'nope'"]),
+        ("tests.support.cli_apps:not_an_app", ["is not a consumer Application", "new_store"]),
+        ("tests.support.apps:CountingApp", ["is a class, not an application object"]),
+        ("tests.support.cli_apps", ["is not MODULE:ATTR"]),
     ],
 )
 def test_bad_application_is_one_line_error(spec: str, expected: list[str]) -> None:
-    one_line_error(run_consume("consume", spec, "--etcd.address", "http://127.0.0.1:1"), 2, "MODULE:ATTR", *expected)
+    done = run_consume("consume", spec, "--etcd.address", "http://127.0.0.1:1")
+    one_line_error(done, "MODULE:ATTR", *expected, code=2)
 
 
 @pytest.mark.parametrize(
@@ -305,14 +284,14 @@ def test_bad_application_is_one_line_error(spec: str, expected: list[str]) -> No
     ],
 )
 def test_bad_flags_are_one_line_errors(args: list[str], expected: list[str]) -> None:
-    one_line_error(run_consume("consume", APP, *args), 2, *expected)
+    one_line_error(run_consume("consume", APP, *args), *expected, code=2)
 
 
 def test_unreachable_etcd_is_one_line_error() -> None:
     port = free_port()
     done = run_consume("consume", APP, "--etcd.address", f"http://127.0.0.1:{port}", "--consumer.bind", "127.0.0.1",
                        "--log.level", "error")
-    one_line_error(done, 1, "starting the consumer failed", f"127.0.0.1:{port}", "--etcd.address")
+    one_line_error(done, "starting the consumer failed", f"127.0.0.1:{port}", "--etcd.address")
 
 
 def test_gazette_has_serve_and_consume() -> None:
@@ -331,5 +310,5 @@ def test_gazette_has_serve_and_consume() -> None:
 def test_load_application_and_default_prefix() -> None:
     app = load_application(APP)
     assert isinstance(app, EnvCountingApp)
-    assert application_name(app) == "tests.consumer.cli_apps.EnvCountingApp"
-    assert default_prefix(app) == "/gazette/consumers/tests.consumer.cli_apps.EnvCountingApp"
+    assert application_name(app) == "tests.support.cli_apps.EnvCountingApp"
+    assert default_prefix(app) == "/gazette/consumers/tests.support.cli_apps.EnvCountingApp"

@@ -20,16 +20,11 @@ from google.protobuf.duration_pb2 import Duration
 from broker.client import AppendService, Credentials, JournalClient
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, create_tables, read_counts
-from tests.consumer.test_consume_cli import ConsumerProcess, one_line_error, publish, run_consume, stat_through
-from tests.harness import journal_spec, run_gazctl
-from tests.tls_certs import PKI, TLSBroker, make_pki
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.consumer.test_consume_cli import ConsumerProcess, publish, run_consume, stat_through
+from tests.support.apps import NDJSON, create_tables, read_counts
+from tests.support.harness import journal_spec, one_line_error, run_gazctl
+from tests.support.journals import create_journal, unique
+from tests.support.tls_certs import PKI, TLSBroker
 
 
 @pytest.fixture(scope="module")
@@ -156,5 +151,5 @@ def test_unusable_consumer_tls_files_are_one_line_errors(pki: PKI, tmp_path: Pat
         (["--consumer.peer-cert-file", str(pki.client_cert)], "--consumer.peer-cert-key-file"),
     ]
     for args, flag in cases:
-        done = run_consume("consume", "tests.consumer.cli_apps:app", "--etcd.address", "http://127.0.0.1:1", *args)
-        one_line_error(done, 2, flag)
+        done = run_consume("consume", "tests.support.cli_apps:app", "--etcd.address", "http://127.0.0.1:1", *args)
+        one_line_error(done, flag, code=2)

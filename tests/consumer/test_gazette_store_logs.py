@@ -27,7 +27,7 @@ from consumer.stores.layout import (
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_recovery_cli import Cluster
 
-client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
+cluster = recovery.cluster
 
 
 class RecordedEnv:

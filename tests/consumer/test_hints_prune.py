@@ -20,10 +20,10 @@ from gazctl.prune import HintedLogs, all_fragments, hint_slots, prunable_fragmen
 from tests.consumer import test_recovery_cli as recovery
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, counts
-from tests.gazctl.test_shards_recovery_cli import persisted, small_fragment_log
-from tests.harness import BrokerProcess
+from tests.gazctl.commands.shards.test_shards_recovery_cli import persisted, small_fragment_log
+from tests.support.harness import BrokerProcess
 
-client, appender, cluster = recovery.client, recovery.appender, recovery.cluster
+cluster = recovery.cluster
 Code = cpb.ReplicaStatus.Code
 
 

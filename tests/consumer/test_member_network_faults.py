@@ -1,6 +1,6 @@
 """Network faults of consumer members: stream-sum (examples/stream_sum) with three `gazette consume
 examples.stream_sum:summer` members (--etcd.lease 5), each a host in a Linux network namespace of its
-own, one `gazette serve` broker on a host of its own, etcd apart in the root namespace (tests/netfaults.py,
+own, one `gazette serve` broker on a host of its own, etcd apart in the root namespace (tests/support/netfaults.py,
 tests/consumer/netfaults_consumer.py). Four summer shards (one per chunk partition) have a hot standby
 each; their store is the summer's default SQLStore on per-shard SQLite files in the shared lab directory
 (one machine: the filesystem is not faulted, so an isolated member can still reach its store, and only
@@ -51,7 +51,7 @@ from examples.stream_sum import Chunker, ChunkerStats, Sum, journal_specs, shard
 from examples.stream_sum.specs import sum_journals
 from examples.stream_sum.summer import ENV_PREFIX, ENV_SQLITE_DIR, sqlite_path
 from tests.consumer.netfaults_consumer import NetConsumer, kill_all
-from tests.netfaults import Fault, NetworkLab, netfaults_unavailable
+from tests.support.netfaults import Fault, NetworkLab, netfaults_unavailable
 
 UNAVAILABLE = netfaults_unavailable()
 pytestmark = [

@@ -1,6 +1,6 @@
 """Shards with a recovery log, across real `gazette consume` processes (a real `gazette serve` and
 etcd): recovery from the log after a SIGKILL, hot standbys taking over, SIGTERM hand-off, and the
-hints GetHints returns. The application is `tests.consumer.cli_apps:recorded_app`: it counts
+hints GetHints returns. The application is `tests.support.cli_apps:recorded_app`: it counts
 messages by key into a JSON state recorded to the shard's recovery log, and mirrors each committed
 state (and the state a primary recovered) to files the test reads.
 """
@@ -30,13 +30,13 @@ from broker.protocol import labels
 from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from consumer.recoverylog import FSMHints
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON
-from tests.consumer.cli_apps import CACHE_PAGES_ENV, HOLD_KEY_ENV, STATE_DIR_ENV, STORE_ENV
 from tests.consumer.test_consume_cli import child_env, publish
-from tests.harness import ROOT, BrokerProcess, free_port, journal_spec, run_gazctl, wait_http_ready
+from tests.support.apps import NDJSON
+from tests.support.cli_apps import CACHE_PAGES_ENV, HOLD_KEY_ENV, STATE_DIR_ENV, STORE_ENV
+from tests.support.harness import ROOT, BrokerProcess, free_port, journal_spec, run_gazctl, wait_http_ready
+from tests.support.journals import create_journal, unique
 
-APP = "tests.consumer.cli_apps:recorded_app"
+APP = "tests.support.cli_apps:recorded_app"
 LEASE = 3.0
 """The consumers' etcd lease TTL: a SIGKILLed member's shards move after it."""
 WAIT = 30.0
@@ -82,18 +82,6 @@ class Consumer:
             raise
         finally:
             self._log.close()
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 class Cluster:

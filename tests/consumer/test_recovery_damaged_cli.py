@@ -9,10 +9,10 @@ from broker.client import AppendService, JournalClient
 from broker.protocol import labels
 from consumer.recoverylog import FSM, FSMHints, Recorder
 from consumer.recoverylog.ops import decode_frames, encode_op
-from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.recoverylog.conftest import read_all
-from tests.consumer.test_recovery_cli import Cluster, appender, client, cluster  # noqa: F401  (fixtures)
-from tests.harness import journal_spec
+from tests.consumer.test_recovery_cli import Cluster, cluster  # noqa: F401  (a fixture)
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
 
 
 async def test_a_log_missing_its_beginning_fails_the_shard(

@@ -8,35 +8,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from broker.client import AppendService, JournalClient
 from broker.protocol import labels
 from consumer.protocol import pb as cpb
 from consumer.recoverylog import fetch_hints
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, RecordedCountingApp
 from tests.consumer.test_service import consumer_spec, publish, put_shard, shard_spec, statuses, until
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, RecordedCountingApp
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
 
 Code = cpb.ReplicaStatus.Code
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 def service(etcd: Any, root: str, suffix: str, client: JournalClient, app: Any, **kwargs: Any) -> ConsumerService:

@@ -26,12 +26,12 @@ from broker.client import AppendService, JournalClient, fragments_request, list_
 from broker.fragment.names import parse_fragment_from_relative_path
 from broker.protocol import labels, pb
 from consumer.protocol import pb as cpb
-from tests.broker.client.helpers import create_journal, metric, wait_for_primary
-from tests.consumer.apps import NDJSON
 from tests.consumer.test_consume_cli import publish
 from tests.consumer.test_recovery_cli import Cluster, Code, counts
-from tests.harness import BrokerProcess, journal_spec
-from tests.store_emulators import EmulatorProcess, emulator_of
+from tests.support.apps import NDJSON
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, metric, wait_for_primary
+from tests.support.store_emulators import EmulatorProcess, emulator_of
 
 
 class RestartableBroker:

@@ -1,7 +1,7 @@
 """The consumer runtime against real parts: etcd, a broker, SQLStores on a SQLite file.
 
 A ConsumerService announces itself, runs the allocator and serves its assigned shards; shards
-count messages by key (tests/consumer/apps.py) read-committed, exactly once, across restarts,
+count messages by key (tests/support/apps.py) read-committed, exactly once, across restarts,
 failures and hand-offs between services.
 """
 
@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from broker.client import AppendService, JournalClient
@@ -23,13 +21,13 @@ from consumer.message import Flags, Publisher, get_flags, read_committed
 from consumer.protocol import pb as cpb
 from consumer.replica import MAX_ETCD_ERR_LEN, TRUNCATED, failed_status, status_backoff
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, CountingApp, Event, create_tables, read_counts, read_counts_by_shard
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, CountingApp, Event, create_tables, read_counts, read_counts_by_shard
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
+from tests.support.waiting import until
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")
-WAIT = 60.0
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -51,19 +49,6 @@ def shard_spec(shard_id: str, *sources: str) -> cpb.ShardSpec:
 
 async def put_shard(etcd: Any, root: str, spec: cpb.ShardSpec) -> None:
     await etcd.put(item_key(root, spec.id).encode(), spec.SerializeToString())
-
-
-async def until(probe: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = WAIT) -> T:
-    """Poll `probe()` until `check` accepts its value; fail with the last value after `timeout`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = probe()
-        if check(value):
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.05)
 
 
 def statuses(service: ConsumerService) -> dict[str, dict[int, tuple[str, int]]]:
@@ -127,18 +112,6 @@ def fences(db: Path) -> dict[str, int]:
         return {fqn: int(f) for fqn, f in conn.execute("SELECT shard_fqn, fence FROM gazette_checkpoints")}
     finally:
         conn.close()
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 def service(etcd: Any, root: str, suffix: str, client: JournalClient, app: CountingApp,

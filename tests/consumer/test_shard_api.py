@@ -5,8 +5,7 @@ own on a loopback port (its advertised endpoint), as Gazette's shard_api_test.go
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,9 +24,10 @@ from consumer.protocol import pb_grpc as cpb_grpc
 from consumer.protocol import recoverylog_pb
 from consumer.recoverylog import decode_hints, encode_hints
 from consumer.service import ConsumerService
-from tests.broker.client.helpers import create_journal, unique
-from tests.consumer.apps import NDJSON, CountingApp, Event, create_tables, read_counts
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.apps import NDJSON, CountingApp, Event, create_tables, read_counts
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
+from tests.support.waiting import until
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")
@@ -66,20 +66,6 @@ async def start_node(etcd: Any, root: str, suffix: str, client: JournalClient, a
     await service.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     return Node(service, server, api, channel, cpb_grpc.ShardStub(channel), endpoint)
-
-
-async def until(probe: Callable[[], Any], check: Callable[[Any], bool], what: str, timeout: float = WAIT) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if check(value):
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.05)
 
 
 def shard_spec(shard_id: str, *sources: str, **labels: str) -> cpb.ShardSpec:
@@ -129,18 +115,6 @@ def primary_of(shard: cpb.ListResponse.Shard) -> tuple[str, int]:
     if shard.route.primary < 0:
         return "", Code.IDLE
     return shard.route.members[shard.route.primary].suffix, shard.status[shard.route.primary].code
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def appender(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 @pytest.fixture

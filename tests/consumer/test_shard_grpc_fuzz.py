@@ -35,7 +35,7 @@ from tests.fuzz.fuzz_grpc import (
     prepare_journals,
     reset_shards,
 )
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
 
 EXAMPLES = 60
 """Inputs per method and kind: a few seconds each; `python -m tests.fuzz.fuzz_grpc` runs for minutes."""

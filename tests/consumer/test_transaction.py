@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -42,8 +42,8 @@ from consumer.store import OpFuture
 from consumer.timer import LoopTimer
 from consumer.transaction import Transaction, TransactionError, Transactions, finished_operation
 from consumer.txn_metrics import TxnPhase
-from tests.broker.client.helpers import append_rpcs, create_journal, unique
-from tests.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.harness import BrokerProcess
+from tests.support.journals import append_rpcs, new_journal
 
 NDJSON = "application/x-ndjson"
 MS = 1_000_000
@@ -206,12 +206,6 @@ class PlainEchoApp(EchoApp):
 # --- fixtures ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
-        yield proc
-
-
 @dataclasses.dataclass
 class Fixture:
     client: JournalClient
@@ -273,12 +267,6 @@ class Fixture:
         assert echoed == expect
 
 
-async def new_journal(client: JournalClient, prefix: str) -> str:
-    spec = journal_spec(unique(prefix), content_type=NDJSON)
-    await create_journal(client, spec)
-    return spec.name
-
-
 def make_shard(client: JournalClient, source: str) -> Shard:
     spec = cpb.ShardSpec(id="shard-A")
     spec.sources.add(journal=source)
@@ -290,8 +278,8 @@ def make_shard(client: JournalClient, source: str) -> Shard:
 @pytest.fixture
 async def tf(broker: BrokerProcess) -> AsyncIterator[Fixture]:
     async with JournalClient(broker.url) as client, AppendService(client) as svc, AppendService(client) as ajc:
-        source_a = await new_journal(client, "source/A")
-        echo_out = await new_journal(client, "echo/out")
+        source_a = await new_journal(client, "source/A", content_type=NDJSON)
+        echo_out = await new_journal(client, "echo/out", content_type=NDJSON)
         shard = make_shard(client, source_a)
         app = EchoApp(echo_out)
         store = MemoryStore()

@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,8 +53,9 @@ from examples.stream_sum.summer import (
     to_signed,
     to_unsigned,
 )
-from tests.broker.client.helpers import wait_for_primary
-from tests.harness import ROOT, BrokerCluster, BrokerProcess, free_port, wait_http_ready
+from tests.support.harness import ROOT, BrokerCluster, BrokerProcess, free_port, wait_http_ready
+from tests.support.journals import wait_for_primary
+from tests.support.waiting import until
 
 Code = cpb.ReplicaStatus.Code
 T = TypeVar("T")
@@ -118,30 +119,12 @@ def test_out_of_sequence_names_stream_and_numbers() -> None:
 # -- against etcd, a broker, and SQLite or PostgreSQL ---------------------------------------------
 
 
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     """The Summer's store settings: SQLite files under tmp_path, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
         return {"sqlite_dir": tmp_path / "sums"}
     return {"dsn": request.getfixturevalue("postgres_dsn")}
-
-
-async def until(probe: Callable[[], T], check: Callable[[T], bool], what: str, timeout: float = WAIT) -> T:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = probe()
-        if check(value):
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last: {value!r}")
-        await asyncio.sleep(0.05)
 
 
 def consumer_spec(suffix: str) -> cpb.ConsumerSpec:

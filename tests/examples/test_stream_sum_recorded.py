@@ -24,7 +24,6 @@ from examples.stream_sum.chunker import ChunkerStats
 from examples.stream_sum.specs import apply, recovery_log_prefix
 from examples.stream_sum.summer import STORE_LABEL, store_kind
 from gazctl.heads import write_head
-from tests.broker.client.helpers import wait_for_primary
 from tests.examples.test_stream_sum import (
     BROKER_LEASE,
     CHUNK_PARTITIONS,
@@ -36,7 +35,8 @@ from tests.examples.test_stream_sum import (
     two_brokers,
     until,
 )
-from tests.harness import BrokerCluster, BrokerProcess
+from tests.support.harness import BrokerCluster, BrokerProcess
+from tests.support.journals import wait_for_primary
 
 CHAOS_ROUNDS = 4
 __all__ = ["two_brokers"]  # The fixture, shared with test_stream_sum.
@@ -62,12 +62,6 @@ class RecordedDeployment(Deployment):
         """Each shard's recovery log write head."""
         prefix = recovery_log_prefix(self.prefix)
         return {s: await write_head(self.client, f"{prefix}/{s}") for s in self.shards}
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
 
 
 @pytest.fixture

@@ -38,8 +38,8 @@ from examples.word_count import word_count_pb2_grpc as wpb_grpc
 from examples.word_count.counter import ENV_N, ENV_PREFIX
 from examples.word_count.specs import apply, delta_journals, shard_ids
 from gazctl.heads import write_head
-from tests.broker.client.helpers import wait_for_primary
-from tests.harness import ROOT, BrokerProcess, free_port, wait_http_ready
+from tests.support.harness import ROOT, BrokerProcess, free_port, wait_http_ready
+from tests.support.journals import wait_for_primary
 
 Code = cpb.ReplicaStatus.Code
 WAIT = 30.0
@@ -220,12 +220,6 @@ class WordCount:
 
     async def close(self) -> None:
         await asyncio.gather(*(m.stop(signal.SIGKILL) for m in self.members.values()), return_exceptions=True)
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
 
 
 @pytest.fixture

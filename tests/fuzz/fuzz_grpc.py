@@ -58,7 +58,7 @@ from consumer.protocol import pb as cpb
 from consumer.protocol import pb_grpc as cpb_grpc
 from tests.benchmarks.stack import log
 from tests.fuzz.fuzz_http import LogWatch
-from tests.harness import (
+from tests.support.harness import (
     ROOT,
     BrokerProcess,
     append,
@@ -651,13 +651,13 @@ class Target:
 
 
 class ConsumerProcess:
-    """A `gazette consume` child (running tests.consumer.cli_apps:app) serving the Shard service."""
+    """A `gazette consume` child (running tests.support.cli_apps:app) serving the Shard service."""
 
     def __init__(self, tmp: Path, broker_url: str, etcd: str, prefix: str) -> None:
         self.port = free_port()
         self.log_path = tmp / f"consumer-{self.port}.log"
         args = [
-            sys.executable, "-m", "consumer", "consume", "tests.consumer.cli_apps:app",
+            sys.executable, "-m", "consumer", "consume", "tests.support.cli_apps:app",
             "--consumer.id", f"fuzz-{self.port}", "--consumer.port", str(self.port), "--consumer.host", "127.0.0.1",
             "--consumer.bind", "127.0.0.1", "--broker.address", broker_url, "--etcd.address", etcd,
             "--etcd.prefix", prefix, "--etcd.lease", "10", "--log.level", "debug",

@@ -667,7 +667,7 @@ def fuzz_once(port: int, logs: LogWatch, wire: Wire, tally: Tally, timeout: floa
 
 def run(minutes: float, timeout: float, base_seed: int | None, dump: Path | None = None) -> Tally:
     from tests.benchmarks.stack import etcd_and_broker, log
-    from tests.harness import apply_specs, journal_spec, wait_for_primary
+    from tests.support.harness import apply_specs, journal_spec, wait_for_primary
 
     tally = Tally(dump=dump)
     with tempfile.TemporaryDirectory(prefix="fuzz-http-") as tmp, etcd_and_broker(Path(tmp)) as broker:

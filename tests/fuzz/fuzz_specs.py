@@ -12,7 +12,7 @@ same journals; a selector which parses must print and parse back to itself; and 
 sample of the inputs (`journals apply --dry-run`, `plan`), must exit 0, or 1 with one `error:` line,
 never with a traceback.
 
-tests/gazctl/test_spec_fuzz.py runs a few hundred inputs in-process (and a few through the CLI). A
+tests/gazctl/specs/test_spec_fuzz.py runs a few hundred inputs in-process (and a few through the CLI). A
 longer run prints what it found:
 
     python -m tests.fuzz.fuzz_specs --minutes 10 [--timeout 10] [--seed N] [--cli-every 40] [--memory-gib 4]
@@ -718,7 +718,7 @@ def check_fragment(journal: str, rel: str, timeout: float = 5.0) -> list[Problem
 
 def check_cli(args: list[str], cwd: Path, shown: str, target: str, timeout: float = 60.0) -> list[Problem]:
     """gazctl ARGS exits 0, or 1 with one `error:` line; never a traceback, a signal or another status."""
-    from tests.harness import run_gazctl
+    from tests.support.harness import run_gazctl
 
     try:
         done = run_gazctl(None, *args, cwd=cwd, timeout=timeout)

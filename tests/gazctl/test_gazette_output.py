@@ -15,7 +15,7 @@ from consumer.protocol import pb as cpb
 from gazctl.protojson import encoding_json, go_duration, jsonpb
 from gazctl.prototext import marshal_text
 from gazctl.tables import header_text, render
-from tests.harness import BrokerProcess, append, apply_specs, one_line_error, run_gazctl, wait_for_primary
+from tests.support.harness import BrokerProcess, append, apply_specs, one_line_error, run_gazctl, wait_for_primary
 
 
 def test_table_is_tablewriters_default() -> None:

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import pytest
 from ruamel.yaml import YAML
 
-from tests.broker.client.helpers import read_rpcs, wait_for_process_read
-from tests.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl, table_rows
+from tests.support.harness import BrokerProcess, LineReader, gazctl_env, run_gazctl, table_rows
+from tests.support.journals import read_rpcs, wait_for_process_read
 
 EXAMPLE_SPEC = """\
 name: example/journal

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.datasource import register
-from tests.pipelines.spark_session import local_spark
+from tests.support.spark_session import local_spark
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from broker.client import AppendService, JournalClient, sync
 from broker.protocol import pb
 from consumer.message import ZERO_UUID, Publisher
 from consumer.message.mapping import MappingFunc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
 NDJSON = "application/x-ndjson"
 

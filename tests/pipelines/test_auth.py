@@ -26,8 +26,8 @@ from pipelines.definitions.model import JournalsSink, Pipeline, Source
 from pipelines.definitions.run import first_line, reader_options, writer_options
 from pipelines.sink.options import SinkConfig
 from pipelines.source.options import GazetteOptionError, parse_options
-from tests.harness import BrokerProcess, append, apply_specs, journal_spec, run_gazctl, serving_broker
 from tests.pipelines.source_helpers import NDJSON, unique
+from tests.support.harness import BrokerProcess, append, apply_specs, journal_spec, run_gazctl, serving_broker
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,28 +1,24 @@
-"""Client tests: a real broker per module (against the session's etcd, under a module-unique prefix),
-and a JournalClient per test."""
+"""Client tests: the root conftest's real broker per module (a `file://` store at `broker.file_root`),
+a JournalClient per test reading that store's fragments directly, and brokers a test starts and stops."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.client import JournalClient
-from tests.harness import BrokerProcess, serving_broker
+from tests.support.harness import BrokerProcess
 
 
 @pytest.fixture(scope="module")
-def file_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def file_root(broker: BrokerProcess) -> Path:
     """The module broker's --broker.file-root."""
-    root: Path = tmp_path_factory.mktemp("fragments")
-    return root
-
-
-@pytest.fixture(scope="module")
-def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory, file_root: Path) -> Iterator[BrokerProcess]:
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint, "--broker.file-root", str(file_root)) as proc:
-        yield proc
+    assert broker.file_root is not None
+    return broker.file_root
 
 
 @pytest.fixture
@@ -30,3 +26,22 @@ async def client(broker: BrokerProcess, file_root: Path) -> AsyncIterator[Journa
     async with JournalClient(broker.url, file_root=str(file_root)) as c:
         yield c
 
+
+@pytest.fixture
+def start_broker(etcd_endpoint: str, tmp_path: Path) -> Iterator[Callable[..., Awaitable[BrokerProcess]]]:
+    """Starts brokers of one cluster (one etcd prefix, one file root); `port=` restarts one where another listened."""
+    prefix = f"/test/{uuid.uuid4().hex}"
+    procs: list[BrokerProcess] = []
+    (tmp_path / "fragments").mkdir()
+
+    async def start(port: int | None = None, broker_id: str = "") -> BrokerProcess:
+        proc = BrokerProcess(
+            tmp_path, etcd_endpoint, prefix, "--broker.file-root", str(tmp_path / "fragments"),
+            port=port, broker_id=broker_id,
+        )
+        procs.append(proc)
+        return await asyncio.to_thread(proc.wait_ready)
+
+    yield start
+    for proc in procs:
+        proc.stop()

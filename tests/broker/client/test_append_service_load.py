@@ -21,17 +21,14 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-import pytest
 
 from broker.client import AppendOutcomeUnknown, AppendService, JournalClient
 from broker.client.sync import read_all
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique
 
 PRODUCERS = 50
 JOURNALS = 5
@@ -44,25 +41,6 @@ which depends on the host."""
 RECORD = re.compile(rb"p-(\d+) (\d+)")
 
 StartBroker = Callable[..., Awaitable[BrokerProcess]]
-
-
-@pytest.fixture
-def start_broker(etcd_endpoint: str, tmp_path: Path) -> Iterator[StartBroker]:
-    """Starts brokers of one cluster (one etcd prefix, one file root); `port=` restarts one where another listened."""
-    prefix = f"/test/{uuid.uuid4().hex}"
-    procs: list[BrokerProcess] = []
-    (tmp_path / "fragments").mkdir()
-
-    async def start(port: int | None = None) -> BrokerProcess:
-        proc = BrokerProcess(
-            tmp_path, etcd_endpoint, prefix, "--broker.file-root", str(tmp_path / "fragments"), port=port
-        )
-        procs.append(proc)
-        return await asyncio.to_thread(proc.wait_ready)
-
-    yield start
-    for proc in procs:
-        proc.stop()
 
 
 def record(producer: int, seq: int) -> bytes:

@@ -21,8 +21,8 @@ from broker.client import (
 from broker.client.sync import read_all
 from broker.fragment import sha1sum_hex
 from broker.protocol import labels, pb
-from tests.broker.client.helpers import append_rpcs, http_puts, new_journal, unique
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
+from tests.support.journals import append_rpcs, http_puts, new_journal, unique
 
 
 async def content(broker: BrokerProcess, journal: str) -> bytes:

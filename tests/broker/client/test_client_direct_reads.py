@@ -22,8 +22,8 @@ from broker.client import (
 from broker.client.fragments import file_url_path
 from broker.fragment.names import content_path
 from broker.protocol import pb
-from tests.broker.client.helpers import metric, new_journal
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
+from tests.support.journals import metric, new_journal
 
 RECORD = 1500  # Longer than the journal's 1024-byte fragments: every append rolls a new fragment.
 

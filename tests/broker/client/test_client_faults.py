@@ -22,7 +22,7 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb, pb_grpc
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 JOURNAL = "faults/journal"
 

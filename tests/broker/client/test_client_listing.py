@@ -28,8 +28,8 @@ from broker.client import (
 )
 from broker.client import sync as client_sync
 from broker.protocol import pb
-from tests.broker.client.helpers import new_journal, unique, wait_for_primary
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import new_journal, unique, wait_for_primary
 
 
 def selector(**include: str) -> pb.LabelSelector:

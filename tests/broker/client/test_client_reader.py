@@ -20,8 +20,8 @@ from broker.client import (
     append,
 )
 from broker.protocol import pb
-from tests.broker.client.helpers import create_journal, http_gets, new_journal, unique, wait_for_read_rpcs
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, http_gets, new_journal, unique, wait_for_read_rpcs
 
 
 @pytest.fixture(params=[True, False], ids=["http-reads", "grpc-reads"])

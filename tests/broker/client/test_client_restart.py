@@ -6,38 +6,17 @@ The last test relies on the broker persisting its spools to a file:// store when
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from broker.client import AppendService, JournalClient, OffsetJump, RetryReader
 from broker.client.sync import read_all
-from tests.broker.client.helpers import create_journal, unique, wait_for_primary
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import BrokerProcess, journal_spec
+from tests.support.journals import create_journal, unique, wait_for_primary
 
 StartBroker = Callable[..., Awaitable[BrokerProcess]]
-
-
-@pytest.fixture
-def start_broker(etcd_endpoint: str, tmp_path: Path) -> Iterator[StartBroker]:
-    """Starts brokers of one cluster (one etcd prefix, one file root); `port=` restarts one where another listened."""
-    prefix = f"/test/{uuid.uuid4().hex}"
-    procs: list[BrokerProcess] = []
-    (tmp_path / "fragments").mkdir()
-
-    async def start(port: int | None = None, broker_id: str = "") -> BrokerProcess:
-        proc = BrokerProcess(
-            tmp_path, etcd_endpoint, prefix, "--broker.file-root", str(tmp_path / "fragments"),
-            port=port, broker_id=broker_id,
-        )
-        procs.append(proc)
-        return await asyncio.to_thread(proc.wait_ready)
-
-    yield start
-    for proc in procs:
-        proc.stop()
 
 
 async def stop(proc: BrokerProcess) -> None:

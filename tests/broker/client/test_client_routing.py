@@ -17,8 +17,8 @@ from broker.client import (
     RetryReader,
     append,
 )
-from tests.broker.client.helpers import new_journal, wait_for_primary
-from tests.harness import BrokerProcess
+from tests.support.harness import BrokerProcess
+from tests.support.journals import new_journal, wait_for_primary
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import pytest
 
 from broker.client import JournalClient, RetryReader, append, fragments_request, list_all_fragments
 from broker.protocol import pb
-from tests.broker.client.helpers import metric, new_journal
-from tests.harness import BrokerProcess
-from tests.store_emulators import EmulatorProcess, emulator_of
+from tests.support.harness import BrokerProcess
+from tests.support.journals import metric, new_journal
+from tests.support.store_emulators import EmulatorProcess, emulator_of
 
 RECORD = 1500
 

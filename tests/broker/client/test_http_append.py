@@ -20,8 +20,8 @@ from broker.client import (
 from broker.fragment.sums import sha1sum_from_digest
 from broker.protocol import pb
 from broker.protocol.validation import ValidationError
-from tests.broker.client.helpers import append_rpcs, http_puts, new_journal
-from tests.harness import BrokerProcess, free_port
+from tests.support.harness import BrokerProcess, free_port
+from tests.support.journals import append_rpcs, http_puts, new_journal
 
 
 async def test_a_small_plain_append_is_one_put_with_its_commit_and_route(

@@ -16,8 +16,8 @@ import pytest
 
 from broker.client import JournalClient, Reader, RetryReader, TransportError, append
 from broker.protocol import pb, pb_grpc
-from tests.broker.client.helpers import http_gets, new_journal, read_rpcs, wait_for_read_rpcs
-from tests.harness import BrokerProcess, free_port
+from tests.support.harness import BrokerProcess, free_port
+from tests.support.journals import http_gets, new_journal, read_rpcs, wait_for_read_rpcs
 
 
 async def read_to_head(reader: Reader | RetryReader) -> bytes:

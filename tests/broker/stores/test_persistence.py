@@ -23,8 +23,8 @@ import pytest
 from broker.fragment.codecs import decompressor
 from broker.fragment.names import parse_fragment_from_relative_path
 from broker.protocol import pb, pb_grpc
-from tests.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
-from tests.store_emulators import EmulatorProcess
+from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.support.store_emulators import EmulatorProcess
 
 JOURNAL = "example/journal"
 NAME_RE = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.raw|\.gz|\.sz|\.zst|)$")

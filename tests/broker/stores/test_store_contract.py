@@ -24,7 +24,7 @@ import pytest
 from broker.stores import FragmentStore, StoreConfigError, StoreError, StoreRegistry
 from broker.stores.azure import AzureStore, account_endpoint
 from broker.stores.health import check_delete, check_store
-from tests.store_emulators import EmulatorProcess
+from tests.support.store_emulators import EmulatorProcess
 
 KINDS = ["file", "s3", "gs", "azure"]
 EMULATOR_FIXTURES = {"s3": "moto", "gs": "fake_gcs", "azure": "azurite"}

@@ -8,7 +8,6 @@ committed message exactly once, in order per producer, and no rolled-back messag
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -31,30 +30,12 @@ from consumer.message import (
     read_uncommitted,
     read_uncommitted_batches,
 )
-from tests.broker.client.helpers import create_journal, unique
 from tests.consumer.message.helpers import TestMsg, new_test_msg
-from tests.harness import BrokerProcess, journal_spec, serving_broker
+from tests.support.journals import new_journal
 
 NDJSON = "application/x-ndjson"
-
-
-@pytest.fixture(scope="module")
-def broker(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with serving_broker(tmp_path_factory.mktemp("broker"), etcd_endpoint) as proc:
-        yield proc
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-async def new_journal(client: JournalClient, content_type: str | None = NDJSON) -> str:
-    name = unique("message/eo")
-    spec = journal_spec(name) if content_type is None else journal_spec(name, content_type=content_type)
-    await create_journal(client, spec)
-    return spec.name
+EO = "message/eo"
+"""The prefix of the journals these tests make."""
 
 
 def to(journal: str) -> Any:
@@ -86,7 +67,7 @@ def strs(envs: list[Envelope[TestMsg]], producer: bytes | None = None, acks: boo
 
 async def test_publish_uncommitted_clocks_and_acks(client: JournalClient) -> None:
     """Gazette's TestPublishUncommitted fixture, then reading the ACKs back."""
-    j1, j2, j3 = [await new_journal(client) for _ in range(3)]
+    j1, j2, j3 = [await new_journal(client, EO, content_type=NDJSON) for _ in range(3)]
     async with AppendService(client) as svc:
         pub = Publisher(svc, Clock(0))
         msgs = {s: TestMsg(Str=s) for s in ("one", "two", "three", "four")}
@@ -121,7 +102,7 @@ async def test_publish_uncommitted_clocks_and_acks(client: JournalClient) -> Non
 
 
 async def test_exactly_once_with_rollbacks_and_replays(client: JournalClient) -> None:
-    journal = await new_journal(client)
+    journal = await new_journal(client, EO, content_type=NDJSON)
     m = to(journal)
     clock_a = Clock(1 << 40)
     async with AppendService(client) as svc:
@@ -212,13 +193,13 @@ async def test_exactly_once_with_rollbacks_and_replays(client: JournalClient) ->
 async def test_reader_init_errors(client: JournalClient) -> None:
     with pytest.raises(MessageError, match=r"fetching journal spec: named journal does not exist \(does/not/exist\)"):
         [e async for e in read_uncommitted(client, "does/not/exist", 0, new_test_msg, block=False)]
-    journal = await new_journal(client, content_type=None)
+    journal = await new_journal(client, EO)
     with pytest.raises(MessageError, match=r"determining framing: unrecognized content-type \(\)"):
         [e async for e in read_uncommitted(client, journal, 0, new_test_msg, block=False)]
 
 
 async def test_read_uncommitted_batches_lists_and_a_decode_error(client: JournalClient) -> None:
-    journal = await new_journal(client)
+    journal = await new_journal(client, EO, content_type=NDJSON)
     async with AppendService(client) as svc:
         pub = Publisher(svc)
         for i in range(300):

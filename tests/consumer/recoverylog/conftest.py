@@ -1,29 +1,18 @@
-"""Recovery log test fixtures: a client and AppendService of the module's real broker, and log journals."""
+"""Recovery log test fixtures: log journals of the module's real broker (`client` and `ajc` are the
+conftests' above)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from broker.client import AppendService, JournalClient, Reader
+from broker.client import JournalClient, Reader
 from broker.protocol import labels
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
 
 NewLog = Callable[..., Awaitable[str]]
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def ajc(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from broker.client import AppendService, JournalClient, Reader
 from broker.protocol import labels
 from consumer.protocol import pb
 from consumer.recoverylog import FSM, FSMHints, Player, Recorder, Resolved
-from tests.broker.client.helpers import create_journal, unique
-from tests.harness import BrokerProcess, journal_spec
+from tests.support.harness import journal_spec
+from tests.support.journals import create_journal, unique
 
 __all__ = [
-    "TIMEOUT", "FakeShard", "Log", "ajc", "checkpoint", "client", "failed", "new_log_with", "read_log", "recorded",
+    "TIMEOUT", "FakeShard", "Log", "checkpoint", "failed", "new_log_with", "read_log", "recorded",
     "tree",
 ]
 
@@ -91,18 +91,6 @@ class Log:
         """As a new primary: play the log into `dir`, fencing it to `author`, and record on."""
         resolved = await self.play(dir, author, hints)
         return await self.recorder(Path(resolved.dir), author, resolved.fsm)
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[JournalClient]:
-    async with JournalClient(broker.url) as c:
-        yield c
-
-
-@pytest.fixture
-async def ajc(client: JournalClient) -> AsyncIterator[AppendService]:
-    async with AppendService(client) as svc:
-        yield svc
 
 
 @pytest.fixture

@@ -21,16 +21,14 @@ from tests.consumer.stores.recorded import (
     TIMEOUT,
     FakeShard,
     Log,
-    ajc,
     checkpoint,
-    client,
     failed,
     new_log_with,
     read_log,
     recorded,
 )
 
-__all__ = ["ajc", "client", "recorded"]  # Fixtures.
+__all__ = ["recorded"]  # A fixture.
 
 SHARD = FakeShard()
 

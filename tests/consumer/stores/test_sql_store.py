@@ -1,4 +1,4 @@
-"""SQLStore against real databases: a PostgreSQL server the tests start (tests/postgres.py) and
+"""SQLStore against real databases: a PostgreSQL server the tests start (tests/support/postgres.py) and
 SQLite files. Ports Gazette's TestSQLCheckpointPersistAndRestore and TestSQLCheckpointInsertRace
 (store level), and checks atomicity of state and checkpoint, overlapping transactions, commit
 order and destroy."""

@@ -17,9 +17,9 @@ from consumer.protocol import pb
 from consumer.recoverylog import Recorder, RecorderFailedError, RecoveryLogError
 from consumer.stores import ConsumerStoreError, FenceError, SQLiteStore, StoreDependencyError
 from consumer.stores.sqlite_vfs import CHECKPOINT_TABLE
-from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, ajc, checkpoint, client, failed, recorded
+from tests.consumer.stores.recorded import TIMEOUT, FakeShard, Log, checkpoint, failed, recorded
 
-__all__ = ["ajc", "client", "recorded"]  # Fixtures.
+__all__ = ["recorded"]  # A fixture.
 
 SHARD = FakeShard()
 MODES = ["TRUNCATE", "DELETE", "PERSIST", "WAL"]

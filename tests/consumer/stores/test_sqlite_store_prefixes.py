@@ -19,15 +19,13 @@ from consumer.stores.sqlite_vfs import CHECKPOINT_TABLE
 from tests.consumer.stores.recorded import (
     FakeShard,
     Log,
-    ajc,
     checkpoint,
-    client,
     new_log_with,
     read_log,
     recorded,
 )
 
-__all__ = ["ajc", "client", "recorded"]  # Fixtures.
+__all__ = ["recorded"]  # A fixture.
 
 SHARD = FakeShard()
 
