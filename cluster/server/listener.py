@@ -130,6 +130,8 @@ class OnePortListener:
         """
         await self.stop_accepting()
         for transport in list(self._accepted):
+            if transport.is_closing():
+                continue  # Closed already; asyncio drops a closed TLS transport's protocol (get_protocol raises).
             if not isinstance(transport.get_protocol(), _Pipe):
                 transport.close()  # An HTTP connection, or one that has not yet said what it speaks.
 

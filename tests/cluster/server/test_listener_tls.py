@@ -153,3 +153,22 @@ def test_server_files_are_checked(pki: PKI, tmp_path: Path) -> None:
         check_client_files("", "", str(missing), flags)
     with pytest.raises(ConfigError, match="is not the key"):
         check_client_files(str(pki.client_cert), str(pki.server_key), "", flags)
+
+
+async def test_close_skips_a_transport_closed_twice(grpc_server: str, pki: PKI) -> None:  # noqa: F811
+    """asyncio drops a TLS transport's SSL layer when it is closed a second time (`get_protocol()` then
+    raises AttributeError): the listener's close() skips closed transports (it once raised there,
+    and a TLS broker exited 1 on SIGTERM)."""
+    listener = await _tls_listener(pki, grpc_server, require_client_cert=False)
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.port, ssl=client_context(ca_file=str(pki.ca)))
+        for _ in range(100):
+            if listener._accepted:
+                break
+            await asyncio.sleep(0.01)
+        (accepted,) = list(listener._accepted)
+        accepted.close()
+        accepted.close()  # As a connection's own shutdown and a stop can both close it.
+        writer.transport.abort()
+    finally:
+        await listener.close()
