@@ -23,6 +23,8 @@ sharing a name with another):
     ├── KeySpaceError               cluster.keyspace: etcd, the mirror, announcements
     │   └── EtcdAddressError, EtcdUnavailableError, EtcdStartError, KeyFormatError,
     │       KeySpaceClosedError, AnnounceError, LeaseLostError
+    ├── ChildExitedError            cluster.server.supervisor: a broker process of `gazette serve
+    │                               --broker.processes N` exited on its own (the others were stopped)
     ├── BrokerError                 broker: the service (journal, offset)
     │   └── AppendError, PipelineError, ReplicationError, MinRateError (an append stream too slow)
     ├── GatewayError                broker.gateway: a request answered with an HTTP error, a route not added
