@@ -52,7 +52,9 @@ def ready(port: int) -> bool:
         return False
 
 
-def wait_for(what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], logs: Path, timeout: float = 30.0) -> None:
+def wait_for(
+    what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], logs: Path, timeout: float = 30.0,
+) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert proc.poll() is None, f"the supervisor exited {proc.returncode} before {what}:\n{logs.read_text()}"
