@@ -374,8 +374,9 @@ def serve(
     host = host or socket.gethostname()
     members = processes_mod.plan_members(count, broker_id, port, debug_port, state_dir) if count > 1 else []
     check_ports(port, debug_port, count)
-    for member in members or [processes_mod.Member(0, broker_id, port, debug_port, state_dir)]:
-        _check_identity(zone, member.broker_id, f"http://{host}:{member.port}", limit)
+    # The flags' own identity, whatever the count, then each member's (`<id>-<i>`, `<port>+i`).
+    for member_id, member_port in [(broker_id, port), *((m.broker_id, m.port) for m in members)]:
+        _check_identity(zone, member_id, f"http://{host}:{member_port}", limit)
     check_auth_keys(auth_keys, "--broker.auth-keys")
     server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file)
     check_tls(server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),

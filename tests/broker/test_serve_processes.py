@@ -99,7 +99,7 @@ def supervisor(tmp: Path, *args: str, etcd: str | None) -> tuple[subprocess.Pope
 def test_two_members_share_the_journals_and_stop_on_sigterm(etcd_endpoint: str, tmp_path: Path) -> None:
     port = two_free_ports()
     broker = BrokerProcess(tmp_path, etcd_endpoint, f"/test/{uuid.uuid4().hex}", "--broker.processes", "2",
-                           "--etcd.lease", "5s", broker_id="procs", port=port)
+                           "--etcd.lease", "5s", "--broker.max-grpc-recv-size", "65536", broker_id="procs", port=port)
     try:
         broker.wait_ready()
         deadline = time.monotonic() + 30
@@ -140,6 +140,12 @@ def test_two_members_share_the_journals_and_stop_on_sigterm(etcd_endpoint: str, 
             for p in (port, port + 1):  # Reads through either port too (GET as the README's curl).
                 with urllib.request.urlopen(f"http://127.0.0.1:{p}/{name}", timeout=10) as resp:
                     assert resp.read() == expected, (name, p)
+        # Every other flag reached both members (in its environment variable).
+        for p in (port, port + 1):
+            chan, s = stubs(p)
+            with chan, pytest.raises(grpc.RpcError) as caught:
+                append(s, JOURNALS[0], b"x" * 100_000)
+            assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, p
         pids = child_pids(broker.logs())
         assert set(pids) == {"procs-0", "procs-1"}, broker.logs()
     finally:
@@ -152,14 +158,21 @@ def test_two_members_share_the_journals_and_stop_on_sigterm(etcd_endpoint: str, 
     assert "Traceback" not in logs
 
 
-def test_a_child_killed_stops_the_other_and_fails_the_supervisor(etcd_endpoint: str, tmp_path: Path) -> None:
-    proc, log = supervisor(tmp_path, "--broker.port", "0", "--broker.id", "crash", etcd=etcd_endpoint)
+def test_a_child_killed_stops_the_other_and_fails_the_supervisor(tmp_path: Path) -> None:
+    proc, log = supervisor(tmp_path, "--broker.port", "0", "--broker.id", "crash", "--etcd.embedded-port",
+                           str(free_port()), "--etcd.embedded-peer-port", str(free_port()), etcd=None)
     try:
         wait_for("both serving", lambda: len(serving_ports(log.read_text())) == 2, proc, log)
-        ports = serving_ports(log.read_text())
+        text = log.read_text()
+        # etcd is embedded once, by the supervisor (before any member logs); both members use it.
+        assert text.count("started embedded etcd") == 1 and "member=" not in text.split("started embedded etcd")[0]
+        assert len(re.findall(r"using etcd at http://127\.0\.0\.1:\d+ \(from --etcd\.address\) member=", text)) == 2
+        ports = serving_ports(text)
         # Port 0: each child listens on a free port of its own, and advertises it.
         assert len(set(ports.values())) == 2 and all(ready(p) for p in ports.values()), ports
-        pids = child_pids(log.read_text())
+        pids = child_pids(text)
+        etcd = [pid for pid in children_of(proc.pid) if pid not in pids.values()]
+        assert len(etcd) == 1, etcd
         os.kill(pids["crash-1"], signal.SIGKILL)
         rc = proc.wait(30)
     finally:
@@ -171,33 +184,32 @@ def test_a_child_killed_stops_the_other_and_fails_the_supervisor(etcd_endpoint: 
     error = text.strip().splitlines()[-1]
     assert error == (f"error: broker process 1 (member crash-1), pid {pids['crash-1']}, exited on its own with "
                      "signal SIGKILL; its log: stderr lines with member=crash-1; stopped the others"), text
-    assert re.search(r"broker stopped .*member=crash-0\b", text), text  # The other stopped gracefully.
-    assert not alive(pids["crash-0"])
+    assert re.search(r"broker stopped .*member=crash-0\b", text), text  # The other stopped gracefully,
+    assert not alive(pids["crash-0"]) and not alive(etcd[0])  # and then the embedded etcd.
 
 
-def test_a_killed_supervisor_leaves_no_child_and_embeds_etcd_once(tmp_path: Path) -> None:
-    proc, log = supervisor(tmp_path, "--broker.port", "0", "--broker.id", "orphan", "--etcd.embedded-port",
-                           str(free_port()), "--etcd.embedded-peer-port", str(free_port()), etcd=None)
+def test_a_killed_supervisor_leaves_no_child(etcd_endpoint: str, tmp_path: Path) -> None:
+    # The session's etcd, and the default 20 s lease: nothing but their supervisor's death ends the children.
+    proc, log = supervisor(tmp_path, "--broker.port", "0", "--broker.id", "orphan", "--etcd.lease", "20s",
+                           etcd=etcd_endpoint)
     try:
         wait_for("both serving", lambda: len(serving_ports(log.read_text())) == 2, proc, log)
-        text = log.read_text()
-        # etcd is embedded once, by the supervisor; both members use it.
-        assert text.count("started embedded etcd") == 1 and "member=" not in text.split("started embedded etcd")[0]
-        assert len(re.findall(r"using etcd at http://127\.0\.0\.1:\d+ \(from --etcd\.address\) member=", text)) == 2
-        pids = list(child_pids(text).values())
-        etcd = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(int(p.name)) == proc.pid
-                and int(p.name) not in pids]
-        assert len(pids) == 2 and len(etcd) == 1, (pids, etcd)
+        pids = list(child_pids(log.read_text()).values())
+        assert len(pids) == 2 and sorted(children_of(proc.pid)) == sorted(pids)
         proc.kill()
         proc.wait(10)
-        deadline = time.monotonic() + 10
-        while any(alive(pid) for pid in (*pids, *etcd)) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [pid for pid in (*pids, *etcd) if alive(pid)], "children outlived their supervisor"
+        assert not [pid for pid in pids if alive(pid)], "children outlived their supervisor"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(int(p.name)) == pid]
 
 
 def _parent(pid: int) -> int:
