@@ -16,7 +16,7 @@ user+system seconds from /proc over the shape, divided by the appends: with seve
 processes, the supervisor's and all its members'), with the client processes' CPU per append for
 reference. One real etcd and `gazette serve` (replication 1,
 file:// store), started here; `--broker-args` passes more flags to it (e.g. `--broker.workers 2`).
-With `--peer-bench PYTHON` it also runs ../shared/bench/peer_bench.py's latency cases with that
+With `--peer-bench PYTHON` it also runs peer_bench.py's latency cases (`PEER_BENCH`, outside the repository) with that
 interpreter in the same run, so NATS JetStream's and Redis's one-at-a-time figures print beside ours.
 
     python -m tests.benchmarks.bench_grpc_append [--seconds 8] [--writers 1,16] [--sizes 256,4096]
