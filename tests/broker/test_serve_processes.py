@@ -188,6 +188,25 @@ def test_a_child_killed_stops_the_other_and_fails_the_supervisor(tmp_path: Path)
     assert not alive(pids["crash-0"]) and not alive(etcd[0])  # and then the embedded etcd.
 
 
+def test_a_member_whose_port_is_taken_fails_the_host_in_one_line(etcd_endpoint: str, tmp_path: Path) -> None:
+    port = two_free_ports()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        proc, log = supervisor(tmp_path, "--broker.port", str(port), "--broker.id", "taken", etcd=etcd_endpoint)
+        try:
+            rc = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()
+    assert rc == 1 and "Traceback" not in text, text
+    assert f"error: starting the broker failed: cannot listen on 127.0.0.1:{port + 1}: address already in use" in text
+    assert re.search(r"error: broker process 1 \(member taken-1, port \d+\), pid \d+, exited on its own with status 1; "
+                     r"its log: stderr lines with member=taken-1; stopped the others$", text), text
+
+
 def test_a_killed_supervisor_leaves_no_child(etcd_endpoint: str, tmp_path: Path) -> None:
     # The session's etcd, and the default 20 s lease: nothing but their supervisor's death ends the children.
     proc, log = supervisor(tmp_path, "--broker.port", "0", "--broker.id", "orphan", "--etcd.lease", "20s",
