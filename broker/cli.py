@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from broker import processes as processes_mod
 from broker.errors import GazetteError
 from broker.protocol.credentials import TLSFiles
 from broker.server import Broker, BrokerConfig
@@ -31,6 +32,7 @@ from cluster.server.command import (
     two_words,
 )
 from cluster.server.logs import LogFormat
+from cluster.server.supervisor import ChildExitedError
 from cluster.server.tls import ServerTLS
 from cluster.server.tuning import keep_freed_memory, raise_open_file_limit
 
@@ -57,6 +59,7 @@ def main_callback() -> None:
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     zone: Annotated[
         str,
         typer.Option("--broker.zone", envvar="BROKER_ZONE", help="Availability zone of the broker."),
@@ -264,6 +267,20 @@ def serve(
         LogFormat,
         typer.Option("--log.format", envvar="LOG_FORMAT", help="Logging format."),
     ] = LogFormat.text,
+    processes: Annotated[
+        str,
+        typer.Option(
+            "--broker.processes", envvar="BROKER_PROCESSES", metavar="N|auto",
+            help="Broker processes to run on this host, each a cluster member of its own (--broker.id "
+            "suffixed -0, -1, ...; ports --broker.port+0, +1, ...; state dirs <state-dir>/broker-0, ...), so "
+            "that the host's cores all serve: a broker process uses one. auto: one per usable core. With more "
+            "than one, this process supervises them (and the embedded etcd), and stops them all when one exits.",
+        ),
+    ] = processes_mod.AUTO,
+    log_member: Annotated[
+        str,
+        typer.Option("--log.member", hidden=True, help="A member= field on every log line (set by a supervisor)."),
+    ] = "",
 ) -> None:
     """Serve as a Gazette broker."""
     if log_level.lower() not in logs.LEVELS:
@@ -273,16 +290,30 @@ def serve(
         raise typer.BadParameter("needs --broker.file-root, the directory to keep fragments in",
                                  param_hint="--broker.file-only")
     debug = debug_config(debug_port, debug_private)
+    try:
+        count = processes_mod.parse_processes(processes)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--broker.processes") from None
     broker_id = broker_id or two_words()
     host = host or socket.gethostname()
-    check_identity(zone, broker_id, f"http://{host}:{port}", limit)
+    members = processes_mod.plan_members(count, broker_id, port, debug_port, state_dir) if count > 1 else []
+    check_ports(port, debug_port, count)
+    # The flags' own identity, whatever the count, then each member's (`<id>-<i>`, `<port>+i`).
+    for member_id, member_port in [(broker_id, port), *((m.broker_id, m.port) for m in members)]:
+        check_identity(zone, member_id, f"http://{host}:{member_port}", limit)
     check_auth_keys(auth_keys, "--broker.auth-keys")
     server_tls = ServerTLS(server_cert_file, server_cert_key_file, server_ca_file)
     check_tls(server_tls, (peer_cert_file, peer_cert_key_file, peer_ca_file, PEER_TLS_FLAGS),
               (etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file, ETCD_TLS_FLAGS))
     peer_tls = TLSFiles(peer_cert_file, peer_cert_key_file, peer_ca_file)
     etcd_tls = TLSFiles(etcd_cert_file, etcd_cert_key_file, etcd_trusted_ca_file)
-    logs.configure(log_level, log_format.value)
+    logs.configure(log_level, log_format.value, {"member": log_member} if log_member else None)
+    if members:
+        _supervise(ctx, members, BrokerConfig(
+            zone=zone, id=broker_id, host=host, etcd_address=etcd_address or None, etcd_port=etcd_port,
+            etcd_peer_port=etcd_peer_port, state_dir=state_dir, etcd_tls=etcd_tls,
+        ))
+        return
     keep_freed_memory()
     raise_open_file_limit()
     config = BrokerConfig(
@@ -300,6 +331,30 @@ def serve(
     except GazetteError as err:  # etcd unreachable (over TLS: why), a file the broker cannot use.
         typer.echo(f"error: starting the broker failed: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(1) from None
+
+
+def _supervise(ctx: typer.Context, members: list[processes_mod.Member], config: BrokerConfig) -> None:
+    """`gazette serve --broker.processes N` with N > 1: run the members (broker.processes)."""
+    flags = [(param.envvar, ctx.params[param.name]) for param in ctx.command.params
+             if isinstance(param.envvar, str) and param.name is not None and param.name not in processes_mod.OVERRIDDEN]
+    try:
+        asyncio.run(processes_mod.serve_processes(config, members, processes_mod.flag_environment(flags)))
+    except ChildExitedError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except GazetteError as err:  # etcd unreachable, or not embedded.
+        typer.echo(f"error: starting the broker failed: {' '.join(str(err).split())}", err=True)
+        raise typer.Exit(1) from None
+
+
+def check_ports(port: int, debug_port: int | None, count: int) -> None:
+    """Refuse `count` processes whose ports would run past 65535."""
+    for first, flag in ((port, "--broker.port"), (debug_port, "--debug.port")):
+        if first and first + count - 1 > 65535:
+            raise typer.BadParameter(
+                f"{count} processes need {flag} {first} to {first + count - 1}, past 65535",
+                param_hint="--broker.processes",
+            )
 
 
 PEER_TLS_FLAGS = ("--broker.peer-cert-file", "--broker.peer-cert-key-file", "--broker.peer-ca-file")

@@ -8,7 +8,8 @@ sharing a name with another):
 
     GazetteError
     ├── ConfigError                 a flag, environment variable, INI file or option that cannot be used
-    │   └── TLSFileError            a TLS file that cannot be used (its flag, the problem)
+    │   ├── TLSFileError            a TLS file that cannot be used (its flag, the problem)
+    │   └── ListenError             cluster.server.listener: a port that cannot be listened on (also OSError)
     ├── AuthError                   broker.protocol.auth: a token that does not verify or grant, keys that do not decode
     ├── ValidationError             broker.protocol: a value that breaks Gazette's rules (also ValueError)
     │   └── SelectorError           broker.protocol: a label selector that does not parse
@@ -23,6 +24,8 @@ sharing a name with another):
     ├── KeySpaceError               cluster.keyspace: etcd, the mirror, announcements
     │   └── EtcdAddressError, EtcdUnavailableError, EtcdStartError, KeyFormatError,
     │       KeySpaceClosedError, AnnounceError, LeaseLostError
+    ├── ChildExitedError            cluster.server.supervisor: a broker process of `gazette serve
+    │                               --broker.processes N` exited on its own (the others were stopped)
     ├── BrokerError                 broker: the service (journal, offset)
     │   └── AppendError, PipelineError, ReplicationError, MinRateError (an append stream too slow)
     ├── GatewayError                cluster.server.http, broker.gateway: a request answered with an HTTP error,

@@ -264,7 +264,8 @@ def tutorial(etcd_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> It
     for step in steps[1:-1]:
         shell.run(step).ok()
     log = tmp / "broker.log"
-    etcd = {"ETCD_ADDRESS": etcd_endpoint, "ETCD_PREFIX": f"/test/{uuid.uuid4().hex}"}
+    # One broker process (the default is one per core): tests/broker/test_serve_processes.py runs several.
+    etcd = {"ETCD_ADDRESS": etcd_endpoint, "ETCD_PREFIX": f"/test/{uuid.uuid4().hex}", "BROKER_PROCESSES": "1"}
     broker = shell.start(serve, log=log, env=etcd)
     try:
         def ready() -> bool:

@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -201,6 +201,23 @@ def _load_prctl() -> Any:
         return None
 
 
+def parent_death_hook(sig: int) -> Callable[[], None]:
+    """A `preexec_fn` that has the child sent `sig` when the thread that forks it ends (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing), and exit at once if its parent is already gone. Fork
+    from a long-lived thread: the signal follows the forking thread, not the process."""
+    prctl = _load_prctl()
+    parent = os.getpid()
+
+    def tie_to_parent() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, sig)
+        # The owner may have died before prctl took effect.
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return tie_to_parent
+
+
 class EtcdProcess:
     """A single-member etcd child process on loopback ports with its own data directory."""
 
@@ -271,16 +288,7 @@ class EtcdProcess:
         # etcd reads ETCD_* variables as flags: gazette's own (ETCD_ADDRESS, ETCD_PREFIX, ...) would
         # make it refuse to start or misconfigure it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
-        prctl = _load_prctl()
-        parent = os.getpid()
-
-        def tie_to_parent() -> None:
-            if prctl is not None:
-                prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            # The owner may have died before prctl took effect.
-            if os.getppid() != parent:
-                os._exit(1)
-
+        tie_to_parent = parent_death_hook(signal.SIGTERM)
         log_file = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(

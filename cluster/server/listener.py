@@ -24,6 +24,8 @@ import sys
 import weakref
 from collections.abc import Callable
 
+from broker.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -52,6 +54,13 @@ TLS_HANDSHAKE_TIMEOUT = 10.0
 # From Python 3.12 a transport queues what it could not send as views of the caller's buffer,
 # where 3.11 copies it.
 _WRITE_KEEPS_VIEWS = sys.version_info >= (3, 12)
+
+
+class ListenError(ConfigError, OSError):
+    """The port cannot be listened on (in use, or not an address of this host)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class OnePortListener:
@@ -89,10 +98,15 @@ class OnePortListener:
         until then connections wait in the backlog."""
         loop = asyncio.get_running_loop()
         tls, handshake_timeout = self.ssl_context, TLS_HANDSHAKE_TIMEOUT if self.ssl_context else None
-        server = await loop.create_server(
-            lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024,
-            start_serving=serve, ssl=tls, ssl_handshake_timeout=handshake_timeout,
-        )
+        try:
+            server = await loop.create_server(
+                lambda: _Sniffer(self), self.host, self.requested_port, reuse_address=True, backlog=1024,
+                start_serving=serve, ssl=tls, ssl_handshake_timeout=handshake_timeout,
+            )
+        except OSError as err:  # Taken (a second broker process of a host on its port + 1, say), or not ours.
+            reason = os.strerror(err.errno) if err.errno else str(err)
+            where = f"{self.host}:{self.requested_port}"
+            raise ListenError(err.errno, f"cannot listen on {where}: {reason.lower()}") from None
         ports = {sock.getsockname()[1] for sock in server.sockets}
         if self.requested_port == 0 and len(ports) > 1:
             # The host resolved to several addresses and each got its own free port: rebind them

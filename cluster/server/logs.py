@@ -74,12 +74,28 @@ class ClientMisbehaviour(logging.Filter):
         return True
 
 
-def configure(level: str, fmt: str) -> None:
-    """Send logs to stderr at `level` in `fmt`."""
+class StaticFields(logging.Filter):
+    """Adds the same fields to every record: the `member=` of a broker whose stderr it shares with
+    the other processes of its host (`gazette serve --broker.processes N`)."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__()
+        self.fields = fields
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in self.fields.items():
+            setattr(record, key, value)
+        return True
+
+
+def configure(level: str, fmt: str, fields: dict[str, str] | None = None) -> None:
+    """Send logs to stderr at `level` in `fmt`, each line with `fields` (key=value) if given."""
     name = {"warn": "WARNING", "fatal": "CRITICAL", "panic": "CRITICAL"}.get(level.lower(), level.upper())
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(ClientMisbehaviour())
+    if fields:
+        handler.addFilter(StaticFields(fields))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(name)

@@ -4,15 +4,18 @@ Gazette's client (broker/client/appender.go) makes one `Append` RPC per synchron
 request naming the journal, one content request, an empty request that commits, a half-close,
 then the response and the stream's end. This load generator issues exactly that, over grpc.aio,
 from `--procs` client processes (so that the client is not the bottleneck), each writer to its
-own journal, one append at a time:
+own journal, one append at a time, dialing that journal's primary (the endpoint of `route.primary`
+in a List, as Gazette's route-caching client does), so that with `--broker-args "--broker.processes 2"`
+each writer reaches the member that serves its journal, not a proxy:
 
 * 1 writer and 16 writers, 256 B and 4 KiB appends (`--writers`, `--sizes`);
 * beside them, the client library's `append()` (an HTTP PUT) one at a time, same sizes.
 
-For every shape: appends/s, p50/p99 latency, and the broker's CPU per append (its process's
-user+system seconds from /proc over the shape, divided by the appends), with the client
-processes' CPU per append for reference. One real etcd and `gazette serve` (replication 1,
-file:// store), started here; `--broker-args` passes more flags to it (e.g. `--broker.workers 2`).
+For every shape: appends/s, p50/p99 latency, and the broker's CPU per append (its processes'
+user+system seconds from /proc over the shape, divided by the appends: with several broker
+processes, the supervisor's and all its members'), with the client processes' CPU per append for
+reference. One real etcd and `gazette serve` (replication 1,
+file:// store), started here; `--broker-args` passes more flags to it (e.g. `--broker.processes 2`).
 With `--peer-bench SCRIPT --peer-python PYTHON` it also runs a peer benchmark script (one that runs
 NATS JetStream and Redis Streams and writes its rows as JSON to `--out`) with that interpreter in
 the same run, so their one-at-a-time figures print beside ours.
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +43,15 @@ import grpc
 
 from broker.client import JournalClient, append
 from broker.protocol import pb, pb_grpc
-from tests.benchmarks.stack import cpu_seconds, etcd_and_broker, log, percentile
-from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
+from tests.benchmarks.stack import etcd_and_broker, log, percentile, tree_cpu_seconds
+from tests.support.harness import (
+    BrokerProcess,
+    apply_specs,
+    journal_spec,
+    list_routes,
+    wait_for_primary,
+    wait_http_ready,
+)
 
 APPEND_METHOD = "/protocol.Journal/Append"
 
@@ -104,14 +115,16 @@ def client_main(spec: str) -> None:
 
     async def run() -> list[list[float]]:
         return await asyncio.gather(*(
-            writer(args["target"], j, payload, args["until"], args["warmup"]) for j in args["journals"]))
+            writer(target, j, payload, args["until"], args["warmup"]) for j, target in args["targets"].items()))
 
     out = asyncio.run(run())
     print(json.dumps({"latencies": [x for w in out for x in w], "cpu": time.process_time()}))
 
 
-def measure(shape: Shape, broker: BrokerProcess, journals: list[str], procs: int, seconds: float) -> None:
-    """Run `shape` over `procs` client processes (each a share of the writers) and fill in its figures."""
+def measure(shape: Shape, broker: BrokerProcess, primaries: dict[str, str], procs: int, seconds: float) -> None:
+    """Run `shape` over `procs` client processes (each a share of the writers, each writer to its journal
+    of `primaries` at that journal's primary endpoint) and fill in its figures."""
+    journals = list(primaries)
     procs = max(1, min(procs, shape.writers))
     start = time.perf_counter() + 1.5  # Client processes start (imports) before the clock runs.
     warmup, until = start + 1.0, start + 1.0 + seconds
@@ -120,18 +133,18 @@ def measure(shape: Shape, broker: BrokerProcess, journals: list[str], procs: int
     children = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.benchmarks.bench_grpc_append", "--client", json.dumps({
-                "path": shape.path, "size": shape.size, "target": f"127.0.0.1:{broker.port}"
-                if shape.path == "grpc" else f"http://127.0.0.1:{broker.port}",
-                "journals": group, "until": until, "warmup": warmup})],
+                "path": shape.path, "size": shape.size, "until": until, "warmup": warmup,
+                "targets": {j: primaries[j].removeprefix("http://") if shape.path == "grpc" else primaries[j]
+                            for j in group}})],
             stdout=subprocess.PIPE)
         for group in groups if group
     ]
     while time.perf_counter() < warmup:
         time.sleep(0.005)
-    cpu0 = cpu_seconds(broker.proc.pid)
+    cpu0 = tree_cpu_seconds(broker.proc.pid)
     while time.perf_counter() < until:
         time.sleep(0.005)
-    cpu1 = cpu_seconds(broker.proc.pid)
+    cpu1 = tree_cpu_seconds(broker.proc.pid)
     latencies: list[float] = []
     for child in children:
         out, _ = child.communicate(timeout=120)
@@ -166,8 +179,10 @@ def peer_latencies(script: str, python: str, sizes: list[int], seconds: float) -
     return lines or [json.dumps(r) for r in rows]
 
 
-def print_report(shapes: list[Shape], broker_args: str, peers: list[str]) -> None:
-    print(f"# gRPC Append in Go's shape vs HTTP PUT ({os.cpu_count()} cores; broker args: {broker_args or '-'})")
+def print_report(shapes: list[Shape], broker_args: str, peers: list[str], primaries: dict[str, str]) -> None:
+    spread = Counter(primaries.values())
+    print(f"# gRPC Append in Go's shape vs HTTP PUT ({os.cpu_count()} cores; broker args: {broker_args or '-'}; "
+          f"journals' primaries: {', '.join(f'{e} {n}' for e, n in sorted(spread.items()))})")
     print(f"{'shape':<22} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'broker us/append':>17} "
           f"{'client us/append':>17}")
     for s in shapes:
@@ -187,8 +202,12 @@ def run(args: argparse.Namespace) -> None:
     shapes = [Shape("grpc", w, s) for w in writers for s in sizes]
     shapes += [Shape("http", 1, s) for s in sizes]
     journals = [f"bench/w{i:02d}" for i in range(max(writers))]
-    with tempfile.TemporaryDirectory() as tmp, \
-            etcd_and_broker(Path(tmp), *shlex.split(args.broker_args)) as broker:
+    broker_args = shlex.split(args.broker_args)
+    processes = int(broker_args[broker_args.index("--broker.processes") + 1]) \
+        if "--broker.processes" in broker_args else 1
+    with tempfile.TemporaryDirectory() as tmp, etcd_and_broker(Path(tmp), *broker_args) as broker:
+        for i in range(1, processes):  # Every member is up before the journals are assigned, so they spread.
+            wait_http_ready(f"broker process {i}", f"http://127.0.0.1:{broker.port + i}", broker.proc, broker.logs)
         with grpc.insecure_channel(f"127.0.0.1:{broker.port}") as channel:
             stub = pb_grpc.JournalStub(channel)
             specs = [journal_spec(j) for j in journals]
@@ -197,11 +216,13 @@ def run(args: argparse.Namespace) -> None:
             apply_specs(stub, *specs)
             for j in journals:
                 wait_for_primary(stub, j)
+        routes = list_routes([broker.stub], journals, 10.0)
+        primaries = {name: route.endpoints[route.primary] for name, route in routes.items()}
         for shape in shapes:
             log(f"measuring {shape.name}")
-            measure(shape, broker, journals[: shape.writers], args.procs, args.seconds)
+            measure(shape, broker, {j: primaries[j] for j in journals[: shape.writers]}, args.procs, args.seconds)
     peers = peer_latencies(args.peer_bench, args.peer_python, sizes, args.seconds) if args.peer_bench else []
-    print_report(shapes, args.broker_args, peers)
+    print_report(shapes, args.broker_args, peers, primaries)
 
 
 def main(argv: list[str] | None = None) -> None:

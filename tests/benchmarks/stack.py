@@ -33,6 +33,29 @@ def cpu_seconds(pid: int) -> float:
     return stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants (a `gazette serve --broker.processes N`
+    supervisor and its brokers); a descendant that exits between the walk and the read counts 0."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += cpu_seconds(current)
+        except OSError:
+            pass
+        todo += children.get(current, [])
+    return total
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank `q`th percentile (0-100) of an ascending list; NaN if it is empty."""
     if not sorted_values:

@@ -54,7 +54,10 @@ class BrokerProcess:
             sys.executable, *launcher, "broker", "serve",
             "--broker.port", str(self.port), "--broker.host", "127.0.0.1", "--broker.bind", "127.0.0.1",
             "--broker.id", self.broker_id, "--broker.state-dir", str(self.state_dir),
-            "--etcd.prefix", prefix, "--log.level", "debug", *extra,
+            "--etcd.prefix", prefix, "--log.level", "debug",
+            # One process per BrokerProcess, whatever the host's cores (`auto`); a test's own
+            # --broker.processes in `extra` comes later, and the last occurrence of a flag wins.
+            "--broker.processes", "1", *extra,
         ]
         if etcd:
             args += ["--etcd.address", etcd]

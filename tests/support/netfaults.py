@@ -574,7 +574,8 @@ class NetBroker(NetProcess):
             "--broker.id", self.broker_id, "--broker.zone", self.zone,
             "--broker.state-dir", str(self.state_dir), "--broker.file-root", str(self.lab.file_root),
             "--etcd.address", self.lab.etcd_endpoint, "--etcd.prefix", self.lab.prefix,
-            "--etcd.lease", str(self.lease), "--log.level", self.log_level, *self.extra,
+            "--etcd.lease", str(self.lease), "--log.level", self.log_level, "--broker.processes", "1",
+            *self.extra,
         )
 
     def stub(self) -> tuple[grpc.Channel, pb_grpc.JournalStub]:
