@@ -87,7 +87,7 @@ def supervisor(tmp: Path, *args: str, etcd: str | None) -> tuple[subprocess.Pope
     log = tmp / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKER_", "ETCD_", "LOG_"))}
     env["PYTHONPATH"] = str(ROOT)
-    cmd = [sys.executable, "-m", "consumer", "serve", "--broker.processes", "2", "--broker.bind", "127.0.0.1",
+    cmd = [sys.executable, "-m", "gazette", "serve", "--broker.processes", "2", "--broker.bind", "127.0.0.1",
            "--broker.host", "127.0.0.1", "--broker.state-dir", str(tmp / "state"),
            "--etcd.prefix", f"/test/{uuid.uuid4().hex}", "--etcd.lease", "5s", *args]
     if etcd:
@@ -240,7 +240,7 @@ def _parent(pid: int) -> int:
 
 def test_a_bad_process_count_is_a_one_line_error(tmp_path: Path) -> None:
     env = {**os.environ, "BROKER_PROCESSES": "none"}  # The environment variable, as the flag.
-    done = subprocess.run([sys.executable, "-m", "consumer", "serve", "--etcd.address", "http://127.0.0.1:1",
+    done = subprocess.run([sys.executable, "-m", "gazette", "serve", "--etcd.address", "http://127.0.0.1:1",
                            "--broker.state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
