@@ -9,6 +9,11 @@ in a List, as Gazette's route-caching client does), so that with `--broker-args 
 each writer reaches the member that serves its journal, not a proxy:
 
 * 1 writer and 16 writers, 256 B and 4 KiB appends (`--writers`, `--sizes`);
+* the same shapes from h2load (nghttp2's C load generator, Debian's `nghttp2-client`), one h2load
+  process per writer sending the same three messages and half-close as one HTTP/2 request: a client
+  as cheap per RPC as Gazette's Go client, so that on a small host the broker, not a Python client,
+  sets the pace (skipped with a note when `h2load` is not on PATH); the appends it logged are checked
+  against the journals' write heads, since h2load counts HTTP statuses, not gRPC ones;
 * beside them, the client library's `append()` (an HTTP PUT) one at a time, same sizes.
 
 For every shape: appends/s, p50/p99 latency, and the broker's CPU per append (its processes'
@@ -31,6 +36,8 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,7 +67,7 @@ APPEND_METHOD = "/protocol.Journal/Append"
 class Shape:
     """One measured shape: `writers` concurrent synchronous appends of `size` bytes over `path`."""
 
-    path: str  # "grpc" or "http"
+    path: str  # "grpc" (a grpc.aio client), "h2load" (gRPC from h2load) or "http" (PUT)
     writers: int
     size: int
     appends: int = 0
@@ -159,6 +166,62 @@ def measure(shape: Shape, broker: BrokerProcess, primaries: dict[str, str], proc
     shape.broker_cpu = cpu1 - cpu0
 
 
+def grpc_body(journal: str, payload: bytes) -> bytes:
+    """An Append as Gazette's client sends it, framed as gRPC messages: the journal, the content, the commit."""
+    messages = (pb.AppendRequest(journal=journal), pb.AppendRequest(content=payload), pb.AppendRequest())
+    return b"".join(b"\x00" + struct.pack(">I", len(m)) + m for m in (m.SerializeToString() for m in messages))
+
+
+def write_head(endpoint: str, journal: str) -> int:
+    """The journal's write head, asked of `endpoint` (a metadata-only, non-blocking Read)."""
+    with grpc.insecure_channel(endpoint.removeprefix("http://")) as channel:
+        for resp in pb_grpc.JournalStub(channel).Read(
+                pb.ReadRequest(journal=journal, offset=-1, block=False, metadata_only=True)):
+            return int(resp.write_head)
+    raise RuntimeError(f"no Read response for {journal}")
+
+
+def measure_h2load(shape: Shape, broker: BrokerProcess, primaries: dict[str, str], seconds: float, tmp: Path) -> None:
+    """Run `shape` with one h2load process per writer (one HTTP/2 connection, one RPC at a time)."""
+    payload = os.urandom(shape.size // 2).hex().encode()[: shape.size]
+    heads = {j: write_head(e, j) for j, e in primaries.items()}
+    children = []
+    for journal, endpoint in primaries.items():
+        name = journal.replace("/", "_")
+        body, log_file = tmp / f"{name}.body", tmp / f"{name}.{shape.writers}w.{shape.size}.log"
+        body.write_bytes(grpc_body(journal, payload))
+        children.append((log_file, subprocess.Popen(
+            ["h2load", "-c", "1", "-m", "1", "--warm-up-time", "1", "-D", f"{seconds:g}", "-d", str(body),
+             "-H", "content-type: application/grpc", "-H", "te: trailers", f"--log-file={log_file}",
+             f"{endpoint}/protocol.Journal/Append"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+    started = time.perf_counter()
+    measured_from = time.time() + 1.0
+    time.sleep(1.0)
+    cpu0 = tree_cpu_seconds(broker.proc.pid)
+    time.sleep(max(0.0, started + 1.0 + seconds - time.perf_counter()))
+    cpu1 = tree_cpu_seconds(broker.proc.pid)
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    for log_file, child in children:
+        out, _ = child.communicate(timeout=seconds + 60)
+        if child.returncode != 0 or not log_file.exists():
+            raise RuntimeError(f"h2load of {shape.name} failed ({child.returncode}): {out.decode()[-400:]}")
+        for line in log_file.read_text().splitlines():
+            start_us, status, elapsed_us = line.split("\t")[:3]
+            statuses[status] += 1
+            if int(start_us) / 1e6 >= measured_from:
+                latencies.append(int(elapsed_us) / 1e6)
+    appended = sum(write_head(e, j) - heads[j] for j, e in primaries.items()) // shape.size
+    # h2load logs the requests after its warm-up only: at least as many appends as it logged must have landed.
+    if set(statuses) != {"200"} or appended < sum(statuses.values()):
+        raise RuntimeError(f"{shape.name}: HTTP statuses {dict(statuses)}, but {appended} appends landed")
+    shape.latencies = tuple(sorted(latencies))
+    shape.appends = len(latencies)
+    shape.seconds = seconds
+    shape.broker_cpu = cpu1 - cpu0
+
+
 def peer_latencies(script: str, python: str, sizes: list[int], seconds: float) -> list[str]:
     """The peer benchmark's rows (NATS JetStream, Redis) for `sizes`, as printed lines."""
     if not Path(script).exists():
@@ -189,7 +252,7 @@ def print_report(shapes: list[Shape], broker_args: str, peers: list[str], primar
         n = max(1, s.appends)
         print(f"{s.name:<22} {s.appends / s.seconds:>10,.0f} {percentile(list(s.latencies), 50) * 1e3:>8.2f} "
               f"{percentile(list(s.latencies), 99) * 1e3:>8.2f} {s.broker_cpu / n * 1e6:>17,.0f} "
-              f"{s.client_cpu / n * 1e6:>17,.0f}")
+              f"{'-' if s.path == 'h2load' else f'{s.client_cpu / n * 1e6:,.0f}':>17}")
     if peers:
         print("# peer_bench.py latency cases (same run)")
         for line in peers:
@@ -200,6 +263,11 @@ def run(args: argparse.Namespace) -> None:
     writers = [int(w) for w in args.writers.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     shapes = [Shape("grpc", w, s) for w in writers for s in sizes]
+    h2load = shutil.which("h2load") is not None
+    if h2load:
+        shapes += [Shape("h2load", w, s) for w in writers for s in sizes]
+    else:
+        log("no h2load on PATH (Debian: nghttp2-client): the h2load shapes are skipped")
     shapes += [Shape("http", 1, s) for s in sizes]
     journals = [f"bench/w{i:02d}" for i in range(max(writers))]
     broker_args = shlex.split(args.broker_args)
@@ -220,14 +288,18 @@ def run(args: argparse.Namespace) -> None:
         primaries = {name: route.endpoints[route.primary] for name, route in routes.items()}
         for shape in shapes:
             log(f"measuring {shape.name}")
-            measure(shape, broker, {j: primaries[j] for j in journals[: shape.writers]}, args.procs, args.seconds)
+            targets = {j: primaries[j] for j in journals[: shape.writers]}
+            if shape.path == "h2load":
+                measure_h2load(shape, broker, targets, args.seconds, Path(tmp))
+            else:
+                measure(shape, broker, targets, args.procs, args.seconds)
     peers = peer_latencies(args.peer_bench, args.peer_python, sizes, args.seconds) if args.peer_bench else []
     print_report(shapes, args.broker_args, peers, primaries)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per shape (after 1 s warm-up)")
+    parser.add_argument("--seconds", type=int, default=8, help="measured seconds per shape (after 1 s warm-up)")
     parser.add_argument("--writers", default="1,16", help="writer counts, comma-separated")
     parser.add_argument("--sizes", default="256,4096", help="append sizes in bytes, comma-separated")
     parser.add_argument("--procs", type=int, default=4, help="client processes sharing the writers")
