@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 FORMAT = "gazette"
 
@@ -56,6 +57,10 @@ class GazetteDataSource(DataSource):
         return GazetteStreamWriter(dict(self.options), schema, overwrite)
 
 
-def register(spark: SparkSession) -> None:
-    """Make format `gazette` available to `spark` (once per session)."""
+def register(spark: SparkSession | ConnectSession) -> None:
+    """Make format `gazette` available to `spark`, a classic or a Spark Connect session (once per session).
+
+    Over Spark Connect the class goes to the server by reference: the server's Python workers import
+    `pipelines.datasource` themselves, so gazette-py must be installed where the server runs.
+    """
     spark.dataSource.register(GazetteDataSource)
