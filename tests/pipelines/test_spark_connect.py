@@ -146,7 +146,8 @@ def test_stream_journals_to_journals_available_now(connect: Any, broker: BrokerP
 
     run_once()
     got = committed(broker, out)
-    assert sorted((m["region"], m["seq"]) for m in got) == sorted([("us", i) for i in range(30)] + [("eu", i) for i in range(20)])
+    want = [("us", i) for i in range(30)] + [("eu", i) for i in range(20)]
+    assert sorted((m["region"], m["seq"]) for m in got) == sorted(want)
 
     # Appended since: the same query from its checkpoint delivers exactly these, once.
     append_lines(broker, eu, clicks("eu", 20, 7))
