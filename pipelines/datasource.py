@@ -17,11 +17,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pipelines.accumulators import quiet_planner_worker
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 FORMAT = "gazette"
+
+quiet_planner_worker()  # Spark's planner workers import this module to unpickle the data source.
 
 
 class GazetteDataSource(DataSource):

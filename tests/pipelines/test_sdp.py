@@ -15,18 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, BrokerProcess
-from tests.pipelines.source_helpers import NDJSON, append_lines, make_journal
+from tests.harness import ROOT, BrokerProcess, one_line_error, run_gazctl
+from tests.pipelines.source_helpers import NDJSON, append_lines, committed_json, make_journal
 from tests.pipelines.spark_connect import spark_env, spark_home
-from tests.pipelines.test_spark_connect import committed
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not (spark_home() / "bin" / "spark-pipelines").is_file(),
-        reason="the installed PySpark has no spark-pipelines (Spark Declarative Pipelines came with PySpark 4.1)",
-    ),
-]
+needs_sdp = pytest.mark.skipif(
+    not (spark_home() / "bin" / "spark-pipelines").is_file(),
+    reason="the installed PySpark has no spark-pipelines (Spark Declarative Pipelines came with PySpark 4.1)",
+)
 
 EXAMPLE = ROOT / "examples" / "sdp-clicks"
 CLICKS = {"sdp/clicks/us-1": "us", "sdp/clicks/us-2": "us", "sdp/clicks/eu-1": "eu", "sdp/clicks/ap-1": "ap"}
@@ -42,11 +38,15 @@ def click_lines(journal: str, first: int, count: int) -> list[bytes]:
 def spark_pipelines_run(project: Path, broker: BrokerProcess) -> subprocess.CompletedProcess[str]:
     env = spark_env(BROKER_ADDRESS=broker.url, HOME=str(project))  # A HOME without a gazctl.ini.
     return subprocess.run(
-        [str(spark_home() / "bin" / "spark-pipelines"), "run"],
+        # A Hive metastore (Derby, in the project's directory) keeps the streaming table between runs,
+        # as the example's README says; a static conf, so a spark-submit option rather than the spec's.
+        [str(spark_home() / "bin" / "spark-pipelines"), "run", "--conf", "spark.sql.catalogImplementation=hive"],
         cwd=project, env=env, capture_output=True, text=True, timeout=540,
     )
 
 
+@needs_sdp
+@pytest.mark.timeout(600)
 def test_sdp_example_streams_journals_to_journals(broker: BrokerProcess, tmp_path: Path) -> None:
     click = {"app.gazette.dev/message-type": "Click", "content-type": NDJSON}
     for name, region in CLICKS.items():
@@ -68,7 +68,7 @@ def test_sdp_example_streams_journals_to_journals(broker: BrokerProcess, tmp_pat
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
 
     def delivered() -> dict[str, list[dict[str, object]]]:
-        return {name: committed(broker, name) for name in OUT}
+        return {name: committed_json(broker, name) for name in OUT}
 
     out = delivered()
     rows = [row for journal in out.values() for row in journal]
@@ -88,3 +88,20 @@ def test_sdp_example_streams_journals_to_journals(broker: BrokerProcess, tmp_pat
     rows = [row for journal in delivered().values() for row in journal]
     assert Counter(row["region"] for row in rows) == {"us": 10, "eu": 9, "ap": 3}
     assert len({(row["journal"], row["offset"]) for row in rows}) == 22
+
+
+def test_gazctl_refuses_an_sdp_project_and_says_how_to_run_it(tmp_path: Path) -> None:
+    spec = EXAMPLE / "spark-pipeline.yml"
+    for target in (str(EXAMPLE), str(spec)):
+        for command in ("run", "validate"):
+            done = run_gazctl(None, "pipelines", command, target, "--dir", str(tmp_path))
+            one_line_error(done, "is a Spark Declarative Pipelines project", f"spark-pipelines run --spec {spec}")
+    done = run_gazctl(None, "pipelines", "list", "--dir", str(EXAMPLE))
+    one_line_error(done, f"'{EXAMPLE}' is a Spark Declarative Pipelines project")
+
+    # In a pipeline repository, an SDP project's spec is not a pipeline file: the others still load.
+    shutil.copytree(EXAMPLE, tmp_path / "sdp-clicks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "examples" / "pipelines" / "clicks-by-region.yaml", tmp_path)
+    done = run_gazctl(None, "pipelines", "validate", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{tmp_path / 'clicks-by-region.yaml'}: pipeline 'clicks-by-region' is valid\n"

@@ -9,7 +9,6 @@ other modules). `SPARK_CONNECT_MODE_ENABLED` is set while this module runs, so t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -19,12 +18,11 @@ from uuid import UUID
 
 import pytest
 
-from broker.client.dial import JournalClient
 from broker.client.sync import read_all
-from consumer.message import Flags, get_flags, read_committed
+from consumer.message import Flags, get_flags
 from pipelines.datasource import register
 from tests.harness import BrokerProcess
-from tests.pipelines.source_helpers import NDJSON, append_lines, make_journal, unique
+from tests.pipelines.source_helpers import NDJSON, append_lines, committed_json, make_journal, unique
 from tests.pipelines.spark_connect import ConnectServer, connect_jar
 
 pytestmark = [
@@ -55,30 +53,6 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         else:
             os.environ["SPARK_CONNECT_MODE_ENABLED"] = before
         server.stop()
-
-
-class _Msg(dict[str, Any]):
-    """A JSON message whose Gazette UUID is its top-level `uuid`, as the journals sink writes it."""
-
-    def get_uuid(self) -> UUID:
-        return UUID(self["uuid"])
-
-    def set_uuid(self, value: UUID) -> None:
-        self["uuid"] = str(value)
-
-    def new_acknowledgement(self, journal: str) -> _Msg:
-        return _Msg()
-
-
-def committed(broker: BrokerProcess, journal: str) -> list[dict[str, Any]]:
-    """The committed messages of `journal` (read through Gazette's Sequencer), without their `uuid`."""
-
-    async def read() -> list[dict[str, Any]]:
-        async with JournalClient(broker.url) as client:
-            return [dict(e.message) async for e in read_committed(client, journal, 0, lambda _: _Msg(), block=False)]
-
-    rows = [m for m in asyncio.run(read()) if get_flags(UUID(m["uuid"])) != Flags.ACK_TXN]
-    return [{k: v for k, v in m.items() if k != "uuid"} for m in rows]
 
 
 def clicks(region: str, first: int, count: int) -> list[bytes]:
@@ -112,7 +86,7 @@ def test_batch_write_is_transactional(connect: Any, broker: BrokerProcess) -> No
     frame = connect.createDataFrame([(json.dumps({"n": i}),) for i in range(50)], "value string").repartition(3)
     frame.write.format("gazette").mode("append").option("broker", broker.url).option("selector", f"test={test}").save()
 
-    assert sorted(m["n"] for m in committed(broker, out)) == list(range(50))
+    assert sorted(m["n"] for m in committed_json(broker, out)) == list(range(50))
     raw = read_all(broker.url, out, 0, timeout=30).splitlines()
     acks = [line for line in raw if get_flags(UUID(json.loads(line)["uuid"])) == Flags.ACK_TXN]
     assert len(raw) == 50 + len(acks) and 1 <= len(acks) <= 3  # One commit ACK per task that wrote.
@@ -145,13 +119,13 @@ def test_stream_journals_to_journals_available_now(connect: Any, broker: BrokerP
         assert not query.isActive and query.exception() is None, query.exception()
 
     run_once()
-    got = committed(broker, out)
+    got = committed_json(broker, out)
     want = [("us", i) for i in range(30)] + [("eu", i) for i in range(20)]
     assert sorted((m["region"], m["seq"]) for m in got) == sorted(want)
 
     # Appended since: the same query from its checkpoint delivers exactly these, once.
     append_lines(broker, eu, clicks("eu", 20, 7))
     run_once()
-    got = committed(broker, out)
+    got = committed_json(broker, out)
     assert len(got) == 57 and len({(m["journal"], m["offset"]) for m in got}) == 57
     assert sorted(m["seq"] for m in got if m["region"] == "eu") == list(range(27))
