@@ -1,13 +1,12 @@
 """Spark's planner workers send no empty profiler accumulator updates for the `gazette` data source.
 
-PySpark 4.1-4.3's driver-side Python workers (data source creation, read planning, write commits:
+PySpark 4.3.0's driver-side Python workers (data source creation, read planning, write commits:
 `pyspark.sql.worker.utils.worker_run`) register two profiler accumulators whether or not profiling is
 on, and send their empty values back after every call. Over Spark Connect those updates reach the
-client as `__python_accumulator__` observed metrics, and a command stream does not expect them:
+client as `__python_accumulator__` observed metrics, which a command stream does not expect:
 `spark-pipelines run` completes every flow, then fails with `[UNKNOWN_RESPONSE] Unknown response:
-Plan observed(__python_accumulator__=...)` (SPARK-59135, fixed upstream the same way: empty
-profiler updates are not sent). Non-empty ones (profiling on) and all other accumulators still are.
-"""
+Plan observed(__python_accumulator__=...)` (SPARK-59135, whose upstream fix also stops sending empty
+profiler updates). Non-empty ones (profiling on) and all other accumulators are still sent."""
 
 from __future__ import annotations
 
