@@ -17,10 +17,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pipelines.accumulators import quiet_planner_worker
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 FORMAT = "gazette"
+
+quiet_planner_worker()  # Spark's planner workers import this module to unpickle the data source.
 
 
 class GazetteDataSource(DataSource):
@@ -56,6 +61,10 @@ class GazetteDataSource(DataSource):
         return GazetteStreamWriter(dict(self.options), schema, overwrite)
 
 
-def register(spark: SparkSession) -> None:
-    """Make format `gazette` available to `spark` (once per session)."""
+def register(spark: SparkSession | ConnectSession) -> None:
+    """Make format `gazette` available to `spark`, a classic or a Spark Connect session (once per session).
+
+    Over Spark Connect the class goes to the server by reference: the server's Python workers import
+    `pipelines.datasource` themselves, so gazette-py must be installed where the server runs.
+    """
     spark.dataSource.register(GazetteDataSource)

@@ -4,6 +4,9 @@ A pipeline repository is a directory of `*.yaml` / `*.yml` pipeline files (searc
 `./pipelines` by default or `--dir DIR`. Every file is validated before Spark starts; `run` then
 starts a SparkSession (`local[*]` unless `--master`), registers format `gazette` and runs one
 pipeline, showing progress on stderr when it is a terminal and a one-line summary on stdout.
+
+Spark Declarative Pipelines projects (`spark-pipeline.yml`) are `spark-pipelines run`'s to run: it
+does all a wrapper here could, so given one, each command says so and names that command.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ DEFAULT_DIR = Path("pipelines")
 
 app = typer.Typer(
     name="pipelines",
-    help="List, validate and run Spark pipelines over journals selected by label.",
+    help="List, validate and run Spark pipelines over journals selected by label."
+    " (Spark Declarative Pipelines projects run with `spark-pipelines run`.)",
     no_args_is_help=True,
 )
 

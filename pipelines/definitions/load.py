@@ -35,6 +35,10 @@ from pipelines.source.options import GazetteOptionError, parse_options
 SUFFIXES = (".yaml", ".yml")
 """Pipeline files in a pipeline directory (searched recursively)."""
 
+SDP_SPECS = ("spark-pipeline.yml", "spark-pipeline.yaml")
+"""The spec files of Spark Declarative Pipelines projects (`spark-pipelines run`): not pipeline files.
+gazctl does not run them (spark-pipelines does all a wrapper could), and says so when given one."""
+
 READER_OPTIONS = (
     "broker",
     "startingOffsets",
@@ -126,10 +130,31 @@ def pipeline_files(directory: Path) -> list[Path]:
     """The pipeline files under `directory`, sorted; PipelineDirError if it is missing or has none."""
     if not directory.is_dir():
         raise PipelineDirError(f"pipeline directory {str(directory)!r} does not exist (pass --dir DIR)")
-    files = sorted(p for p in directory.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+    files = sorted(
+        p for p in directory.rglob("*") if p.suffix in SUFFIXES and p.name not in SDP_SPECS and p.is_file()
+    )
     if not files:
+        spec = sdp_spec(directory)
+        if spec is not None:
+            raise PipelineDirError(_not_ours(directory, spec))
         raise PipelineDirError(f"no pipeline files (*.yaml, *.yml) under {str(directory)!r} (pass --dir DIR)")
     return files
+
+
+def sdp_spec(path: Path) -> Path | None:
+    """The Spark Declarative Pipelines spec `path` is, or that the directory `path` holds; else None."""
+    if path.name in SDP_SPECS and path.is_file():
+        return path
+    if path.is_dir():
+        return next((path / name for name in SDP_SPECS if (path / name).is_file()), None)
+    return None
+
+
+def _not_ours(path: Path, spec: Path) -> str:
+    return (
+        f"{str(path)!r} is a Spark Declarative Pipelines project, not a gazctl pipeline: run it with"
+        f" `spark-pipelines run --spec {spec}` (PySpark 4.1+; see docs/pipeline-definitions.md)"
+    )
 
 
 def load_dir(directory: Path, *, check_imports: bool = True) -> Loaded:
@@ -158,9 +183,13 @@ def load_dir(directory: Path, *, check_imports: bool = True) -> Loaded:
 def find(directory: Path, name: str, *, check_imports: bool = True) -> Pipeline:
     """The pipeline called `name` under `directory`, or the file `name` if it is a path to a YAML file.
 
-    Only the file defining `name` must be valid; PipelineNotFound names the pipelines there are.
+    Only the file defining `name` must be valid; PipelineNotFound names the pipelines there are, or
+    says how to run `name` if it is a Spark Declarative Pipelines project or spec.
     """
     as_path = Path(name)
+    spec = sdp_spec(as_path)
+    if spec is not None:
+        raise PipelineNotFound(_not_ours(as_path, spec))
     if as_path.suffix in SUFFIXES and as_path.is_file():
         return load_file(as_path, check_imports=check_imports)
     loaded = load_dir(directory, check_imports=False)

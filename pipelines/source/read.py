@@ -344,9 +344,9 @@ class RowBuilder:
         self.p = p
         self.schema = schema
         self.extra = extra
-        self._labels = pa.array(
-            [list((k, v) for k, v in p.journal.labels.items())], ARROW_BASE.field("labels").type
-        )
+        # The schema's own type: a user schema may declare `labels` with nullable elements.
+        labels = schema.field("labels").type if "labels" in schema.names else ARROW_BASE.field("labels").type
+        self._labels = pa.array([list((k, v) for k, v in p.journal.labels.items())], labels)
         mod = p.mod_time * 1_000_000 if p.mod_time else None
         self._mod_time = pa.array([mod], ARROW_BASE.field("fragment_mod_time").type)
         self._journal = pa.array([p.journal.name], ARROW_BASE.field("journal").type)

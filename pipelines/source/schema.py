@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     IntegerType,
     LongType,
     MapType,
@@ -56,13 +57,23 @@ def check_schema(schema: StructType, options: SourceOptions) -> list[str]:
         base = by_name.get(f.name)
         if base is None:
             extra.append(f.name)
-        elif base.dataType != f.dataType:
+        elif _nullable(base.dataType) != _nullable(f.dataType):
             raise GazetteOptionError(
                 f"schema: column {f.name!r} must be {base.dataType.simpleString()}, not {f.dataType.simpleString()}"
             )
     if extra and options.parse == "none":
         raise GazetteOptionError(f"parse: is 'none', but the schema has columns to parse: {', '.join(extra)}")
     return extra
+
+
+def _nullable(t: DataType) -> DataType:
+    """`t` with every array element and map value nullable: a user schema may loosen `labels` so
+    (as `map<string, array<string>>` in DDL does), and its rows are then built with its own type."""
+    if isinstance(t, ArrayType):
+        return ArrayType(_nullable(t.elementType), True)
+    if isinstance(t, MapType):
+        return MapType(_nullable(t.keyType), _nullable(t.valueType), True)
+    return t
 
 
 # Spark's JVM takes TimestampType columns as UTC instants. PySpark 4.0-4.2 convert them so by

@@ -7,12 +7,14 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
+from uuid import UUID
 
 import pytest
 
 from broker.client import AppendService, JournalClient, sync
 from broker.protocol import pb
-from consumer.message import ZERO_UUID, Publisher
+from consumer.message import ZERO_UUID, Flags, Publisher, get_flags, read_committed
 from consumer.message.mapping import MappingFunc
 from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 
@@ -187,3 +189,27 @@ def direct_only_rows(options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(read_mod, "broker_chunks", no_broker)
     count, rows = in_process(options, direct_only=True)
     return count, [(r["journal"], r["offset"], r["value"]) for r in rows]  # type: ignore[misc]
+
+
+class JsonMsg(dict[str, Any]):
+    """A JSON message whose Gazette UUID is its top-level `uuid`, as the journals sink writes it."""
+
+    def get_uuid(self) -> UUID:
+        return UUID(self["uuid"])
+
+    def set_uuid(self, value: UUID) -> None:
+        self["uuid"] = str(value)
+
+    def new_acknowledgement(self, journal: str) -> JsonMsg:
+        return JsonMsg()
+
+
+def committed_json(broker: BrokerProcess, journal: str) -> list[dict[str, Any]]:
+    """The committed messages of `journal` (read through Gazette's Sequencer), without their `uuid`."""
+
+    async def read() -> list[dict[str, Any]]:
+        async with JournalClient(broker.url) as client:
+            return [dict(e.message) async for e in read_committed(client, journal, 0, lambda _: JsonMsg(), block=False)]
+
+    rows = [m for m in asyncio.run(read()) if get_flags(UUID(m["uuid"])) != Flags.ACK_TXN]
+    return [{k: v for k, v in m.items() if k != "uuid"} for m in rows]

@@ -113,6 +113,21 @@ def test_parse_json_columns_with_a_user_schema(
     assert got == want
 
 
+def test_user_schema_declares_labels_in_ddl(
+    spark: SparkSession, broker: BrokerProcess, regions: tuple[str, dict[str, list[Row]]]
+) -> None:
+    # DDL's map<string, array<string>> has nullable elements, unlike the base schema's `labels`.
+    test, rows = regions
+    df = (
+        spark.read.format("gazette").schema("journal string, labels map<string, array<string>>")
+        .option("broker", broker.url).option("selector", f"test={test},region=eu").load()
+    )
+    got = {(r.journal, r.labels["region"][0], r.labels["test"][0]) for r in df.collect()}
+    assert got == {(journal, "eu", test) for journal, _, _ in rows["eu"]}
+    with pytest.raises(Exception, match="schema: column 'labels' must be map<string,array<string>>"):
+        spark.read.format("gazette").schema("labels map<string, string>").option("selector", "aa=bb").load().collect()
+
+
 def test_starting_and_ending_offsets(
     spark: SparkSession, broker: BrokerProcess, regions: tuple[str, dict[str, list[Row]]]
 ) -> None:
