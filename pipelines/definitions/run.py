@@ -8,8 +8,11 @@ jobs, failed queries) become PipelineRunError naming the pipeline's file and, wh
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,22 +278,52 @@ def _await(
             if on_batch is not None:
                 on_batch(progress)
 
-    try:
-        while True:
-            try:
-                done = query.awaitTermination(poll)
-            except StreamingQueryException as err:
-                raise _run_error(pipeline, "", err) from None
+    with _ctrl_c_noted() as interrupted:
+        try:
+            while True:
+                try:
+                    done = query.awaitTermination(poll)
+                except StreamingQueryException as err:
+                    raise _run_error(pipeline, "", err) from None
+                report()
+                if done:
+                    break
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            result.interrupted = True
+            query.stop()
             report()
-            if done:
-                break
-    except KeyboardInterrupt:
-        result.interrupted = True
-        query.stop()
-        report()
     result.batches = len(seen)
     result.rows = sum(p.input_rows for p in seen.values())
     return result
+
+
+@contextmanager
+def _ctrl_c_noted() -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C (SIGINT) while the block runs; a second one reaches the handler before.
+
+    SparkContext's own SIGINT handler calls into the JVM over py4j; run while the main thread waits in a
+    py4j call (awaitTermination), that call fails (PySpark 4.0: "reentrant call inside BufferedReader")
+    and the run ended with a traceback instead of stopping its query. The wait polls, so noting the
+    signal and stopping the query at the next poll is enough. Off the main thread nothing is installed.
+    """
+    noted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def note(_signum: int, _frame: Any) -> None:
+        noted.set()
+        signal.signal(signal.SIGINT, previous)
+
+    # None: a handler not installed from Python; Python's own raises KeyboardInterrupt.
+    previous = signal.signal(signal.SIGINT, note) or signal.default_int_handler
+    try:
+        yield noted
+    finally:
+        if signal.getsignal(signal.SIGINT) is note:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _batch_progress(entry: Any) -> BatchProgress | None:
