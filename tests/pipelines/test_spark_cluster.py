@@ -13,7 +13,6 @@ One cluster and one broker serve the whole module; each gazctl run starts its ow
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -26,13 +25,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 import pytest
 
-from broker.client import JournalClient
-from consumer.message import Flags, get_flags, read_committed
-from tests.pipelines.source_helpers import NDJSON, append_lines, fragments, make_journal, unique
+from tests.pipelines.source_helpers import NDJSON, append_lines, committed_json, fragments, make_journal, unique
 from tests.pipelines.spark_cluster import ClusterUnavailable, SparkCluster, driver_conf, get_json, running_cluster
 from tests.support.harness import BrokerProcess, free_port, gazctl_env, serving_broker
 from tests.support.store_emulators import MotoServer
@@ -117,32 +113,9 @@ def output_journals(broker: BrokerProcess, test: str) -> list[str]:
             for i in range(2)]
 
 
-class DictMsg(dict[str, Any]):
-    """A JSON message whose Gazette UUID is its top-level `uuid`, as the journals sink writes it."""
-
-    def get_uuid(self) -> UUID:
-        return UUID(self["uuid"])
-
-    def set_uuid(self, value: UUID) -> None:
-        self["uuid"] = str(value)
-
-    def new_acknowledgement(self, journal: str) -> DictMsg:
-        return DictMsg()
-
-
 def committed_keys(broker: BrokerProcess, journals: list[str]) -> list[Key]:
     """The input key of every committed output row, read as a consumer reads: Gazette's Sequencer."""
-
-    async def read() -> list[Key]:
-        out: list[Key] = []
-        async with JournalClient(broker.url) as client:
-            for journal in journals:
-                async for env in read_committed(client, journal, 0, lambda _: DictMsg(), block=False):
-                    if get_flags(env.message.get_uuid()) != Flags.ACK_TXN:
-                        out.append((env.message["journal"], env.message["offset"]))
-        return out
-
-    return asyncio.run(read())
+    return [(row["journal"], row["offset"]) for journal in journals for row in committed_json(broker, journal)]
 
 
 def heads(broker: BrokerProcess, journals: list[str]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import itertools
 import json
@@ -17,19 +16,18 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from broker.client.dial import JournalClient
 from broker.client.sync import read_all
 from broker.fragment.codecs import decompressor
 from broker.fragment.names import parse_fragment_from_relative_path
 from broker.protocol import pb
-from consumer.message import Flags, get_clock, get_flags, get_producer_id, read_committed
+from consumer.message import Flags, get_clock, get_flags, get_producer_id
 from consumer.message.mapping import fnv1a32, rendezvous_mapping
 from pipelines.sink import writer as sink_writer
 from pipelines.sink.framing import frame_fixed, frame_lines
 from pipelines.sink.options import SinkError
 from pipelines.sink.task import Spool, _Budget
 from pipelines.sink.txn import producer_for, stamp_json
-from tests.pipelines.source_helpers import direct_only_rows, make_journal, unique, wait_persisted
+from tests.pipelines.source_helpers import committed_json, direct_only_rows, make_journal, unique, wait_persisted
 from tests.support.harness import BrokerProcess, apply_specs, journal_spec, wait_for_primary
 from tests.support.store_emulators import EmulatorProcess, emulator_of
 
@@ -76,31 +74,6 @@ def messages(data: bytes) -> list[dict[str, Any]]:
         assert flags == Flags.CONTINUE_TXN, line
         out.append(doc)
     return out
-
-
-class DictMsg(dict[str, Any]):
-    """A JSON message whose Gazette UUID is its top-level `uuid`, as the writer sets it."""
-
-    def get_uuid(self) -> UUID:
-        return UUID(self["uuid"])
-
-    def set_uuid(self, value: UUID) -> None:
-        self["uuid"] = str(value)
-
-    def new_acknowledgement(self, journal: str) -> DictMsg:
-        return DictMsg()
-
-
-def committed(broker: BrokerProcess, journal: str) -> list[dict[str, Any]]:
-    """The committed rows of `journal`, read through Gazette's Sequencer (consumer.message.read_committed)."""
-
-    async def read() -> list[dict[str, Any]]:
-        async with JournalClient(broker.url) as client:
-            envs = [e async for e in read_committed(client, journal, 0, lambda _: DictMsg(), block=False)]
-        rows = [dict(e.message) for e in envs if get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
-        return [{k: v for k, v in row.items() if k != "uuid"} for row in rows]
-
-    return asyncio.run(read())
 
 
 # Without Spark: framing and batching.
@@ -174,7 +147,7 @@ def test_unkeyed_rows_go_to_selected_journals(spark: SparkSession, journals: Bro
     write(frame, journals, selector="app=unkeyed", batchBytes="512")
     rows = [r for name in UNKEYED for r in messages(content(journals, name))]
     assert sorted(r["n"] for r in rows) == list(range(300))
-    assert sorted(r["n"] for name in UNKEYED for r in committed(journals, name)) == list(range(300))
+    assert sorted(r["n"] for name in UNKEYED for r in committed_json(journals, name)) == list(range(300))
 
 
 def test_round_trip_through_the_reader(spark: SparkSession, journals: BrokerProcess) -> None:
@@ -268,7 +241,7 @@ def test_streaming_appends_each_trigger(spark: SparkSession, journals: BrokerPro
     (source / "2.json").write_text("\n".join(second) + "\n")
     assert run_once() == query_id  # Resumes from the checkpoint: only the new file is appended.
     assert messages(content(journals, "sink/stream")) == [json.loads(v) for v in first + second]
-    assert committed(journals, "sink/stream") == [json.loads(v) for v in first + second]
+    assert committed_json(journals, "sink/stream") == [json.loads(v) for v in first + second]
     # Each micro-batch is a transaction of its own producers, named by the query's id (kept in its
     # checkpoint) and the batch id, so a batch replayed after a restart is the same producers.
     raw = content(journals, "sink/stream").splitlines()
@@ -323,7 +296,7 @@ def test_failing_transform_leaves_nothing_committed(spark: SparkSession, journal
     assert len(acks) == 1  # The driver's abort rolled the task's producer back; no commit ACK was appended.
     assert {get_producer_id(u) for u in rows} == {get_producer_id(acks[0])}
     assert get_clock(acks[0]) < min(get_clock(u) for u in rows)
-    assert committed(journals, "sink/txn") == []  # ...so read-committed readers see none of it.
+    assert committed_json(journals, "sink/txn") == []  # ...so read-committed readers see none of it.
     if importlib.util.find_spec("pipelines.source.batch") is not None:
         read = spark.read.format("gazette").option("broker", journals.url).option("selector", "app=txn").load()
         assert read.count() == 0
@@ -356,12 +329,12 @@ def test_task_retry_leaves_one_copy(journals: BrokerProcess, monkeypatch: pytest
     assert message.producer == producer_for(writer.config.write_id, 5)
     raw = messages(content(journals, "sink/retry"))
     assert Counter(r["retry"] for r in raw) == Counter(list(range(20)) + list(range(40)))
-    assert committed(journals, "sink/retry") == []  # Nothing is visible before the driver's commit.
+    assert committed_json(journals, "sink/retry") == []  # Nothing is visible before the driver's commit.
     writer.commit([message])
-    assert committed(journals, "sink/retry") == [json.loads(v) for v, _ in rows]
+    assert committed_json(journals, "sink/retry") == [json.loads(v) for v, _ in rows]
     # A failed job's abort rolls back every partition's producer: an ACK per producer, none visible.
     writer.abort([None, None])
-    assert committed(journals, "sink/retry") == [json.loads(v) for v, _ in rows]
+    assert committed_json(journals, "sink/retry") == [json.loads(v) for v, _ in rows]
 
 
 def test_replayed_micro_batch_rolls_back_the_crashed_run(
@@ -374,7 +347,7 @@ def test_replayed_micro_batch_rolls_back_the_crashed_run(
 
     schema = StructType([StructField("value", StringType()), StructField("journal", StringType())])
     options = {"broker": journals.url, "selector": "app=stream"}
-    before = len(committed(journals, "sink/stream"))
+    before = len(committed_json(journals, "sink/stream"))
     rows = [(json.dumps({"replay": i}), "sink/stream") for i in range(10)]
     monkeypatch.setattr(sink_writer, "_task", lambda: (0, 0, "query-r", "7"))
     crashed = sink_writer.GazetteStreamWriter(options, schema, False)
@@ -382,7 +355,7 @@ def test_replayed_micro_batch_rolls_back_the_crashed_run(
     restarted = sink_writer.GazetteStreamWriter(options, schema, False)  # A new writer, as after a restart.
     message = restarted.write(iter(rows))
     restarted.commit([message], 7)
-    replayed = [r for r in committed(journals, "sink/stream")[before:] if "replay" in r]
+    replayed = [r for r in committed_json(journals, "sink/stream")[before:] if "replay" in r]
     assert replayed == [json.loads(v) for v, _ in rows]
 
 
